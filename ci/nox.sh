@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Entry point for every tierkit command on a fresh machine: installs the
+# system packages (ci/system-deps.sh), puts nox in its own small venv, then
+# runs nox with the arguments given, e.g. `bash ci/nox.sh -s tests sanitize`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash ci/system-deps.sh
+boot=.nox/_bootstrap
+if [ ! -x "$boot/bin/nox" ]; then
+  python3 -m venv "$boot"
+  "$boot/bin/python" -m pip install -q --upgrade pip
+  "$boot/bin/python" -m pip install -q 'nox>=2024.4'
+fi
+export MAX_JOBS="${MAX_JOBS:-2}"
+exec "$boot/bin/nox" "$@"

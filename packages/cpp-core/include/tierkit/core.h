@@ -1,0 +1,12 @@
+// Everything in tierkit core, for consumers who want one include.
+#pragma once
+
+#include "tierkit/buffer.h"
+#include "tierkit/caching_allocator.h"
+#include "tierkit/dtype.h"
+#include "tierkit/error.h"
+#include "tierkit/file.h"
+#include "tierkit/kernels.h"
+#include "tierkit/parallel.h"
+#include "tierkit/scope_guard.h"
+#include "tierkit/view.h"

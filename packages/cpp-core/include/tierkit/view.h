@@ -1,0 +1,168 @@
+// TensorView: a non-owning, strided window onto typed memory. It records
+// where the elements are (pointer + offset + shape + strides, strides in
+// elements) and checks at construction that every element it can address
+// lies inside the memory it was given. It never frees anything.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "tierkit/dtype.h"
+#include "tierkit/error.h"
+
+namespace tierkit {
+
+inline constexpr int kMaxRank = 8;
+
+// Shape and strides of up to kMaxRank dimensions, stored inline so a view
+// costs no heap allocation.
+class Shape {
+ public:
+  Shape() = default;
+  Shape(std::initializer_list<std::int64_t> sizes) {
+    check(sizes.size() <= static_cast<std::size_t>(kMaxRank), "shape: expected rank <= ", kMaxRank,
+          ", got rank ", sizes.size());
+    for (std::int64_t s : sizes) push_back(s);
+  }
+  template <typename It>
+  static Shape from_range(It first, It last) {
+    Shape s;
+    for (; first != last; ++first) s.push_back(static_cast<std::int64_t>(*first));
+    return s;
+  }
+
+  void push_back(std::int64_t size) {
+    check(rank_ < kMaxRank, "shape: expected rank <= ", kMaxRank, ", got more");
+    dims_[rank_++] = size;
+  }
+  int rank() const { return rank_; }
+  std::int64_t operator[](int i) const { return dims_[i]; }
+  std::int64_t& operator[](int i) { return dims_[i]; }
+  const std::int64_t* begin() const { return dims_.data(); }
+  const std::int64_t* end() const { return dims_.data() + rank_; }
+
+  std::int64_t numel() const {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= dims_[i];
+    return n;
+  }
+  bool operator==(const Shape& o) const {
+    if (rank_ != o.rank_) return false;
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] != o.dims_[i]) return false;
+    return true;
+  }
+  bool operator!=(const Shape& o) const { return !(*this == o); }
+
+  // "(2, 3)" — the form error messages use.
+  std::string str() const {
+    std::string s = "(";
+    for (int i = 0; i < rank_; ++i) {
+      if (i) s += ", ";
+      s += std::to_string(dims_[i]);
+    }
+    if (rank_ == 1) s += ",";
+    return s + ")";
+  }
+
+  // Row-major (C-order) strides for these sizes.
+  Shape contiguous_strides() const {
+    Shape st;
+    st.rank_ = rank_;
+    std::int64_t acc = 1;
+    for (int i = rank_ - 1; i >= 0; --i) {
+      st.dims_[i] = acc;
+      acc *= dims_[i] > 1 ? dims_[i] : 1;
+    }
+    return st;
+  }
+
+ private:
+  std::array<std::int64_t, kMaxRank> dims_{};
+  int rank_ = 0;
+};
+
+class TensorView {
+ public:
+  TensorView() = default;
+
+  // `base` points at element 0 of the memory; `capacity` is how many elements
+  // of `dtype` it holds. Element i0..in lives at base[offset + sum(i_k * stride_k)].
+  TensorView(void* base, std::int64_t capacity, DType dtype, Shape shape, Shape strides,
+             std::int64_t offset = 0)
+      : base_(base), dtype_(dtype), shape_(shape), strides_(strides), offset_(offset) {
+    check(shape.rank() == strides.rank(), "strides: expected rank ", shape.rank(),
+          " to match shape ", shape.str(), ", got rank ", strides.rank());
+    for (int i = 0; i < shape.rank(); ++i)
+      check(shape[i] >= 0, "shape: expected non-negative sizes, got ", shape.str());
+    check(capacity >= 0, "capacity: expected >= 0, got ", capacity);
+    check(offset >= 0, "offset: expected >= 0, got ", offset);
+    if (numel() == 0) return;  // addresses nothing; any strides are fine
+    check(base != nullptr, "data: expected non-null pointer for ", numel(), " elements");
+    std::int64_t lo = offset, hi = offset;
+    for (int i = 0; i < shape.rank(); ++i) {
+      const std::int64_t reach = (shape[i] - 1) * strides[i];
+      (reach < 0 ? lo : hi) += reach;
+    }
+    check(lo >= 0 && hi < capacity, "view: shape ", shape.str(), " strides ", strides.str(),
+          " offset ", offset, " reaches elements [", lo, ", ", hi, "] outside the ", capacity,
+          " available");
+  }
+
+  // A C-contiguous view over the first shape.numel() elements.
+  static TensorView contiguous(void* base, std::int64_t capacity, DType dtype, Shape shape) {
+    return TensorView(base, capacity, dtype, shape, shape.contiguous_strides());
+  }
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  std::int64_t offset() const { return offset_; }
+  int rank() const { return shape_.rank(); }
+  std::int64_t numel() const { return shape_.numel(); }
+  void* base() const { return base_; }
+  // Address of element (0, ..., 0).
+  void* data() const {
+    return static_cast<char*>(base_) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
+  }
+
+  // C-contiguous: strides equal the row-major ones, ignoring size-1 dims.
+  bool is_contiguous() const {
+    std::int64_t expected = 1;
+    for (int i = rank() - 1; i >= 0; --i) {
+      if (shape_[i] == 1) continue;
+      if (strides_[i] != expected) return false;
+      expected *= shape_[i];
+    }
+    return true;
+  }
+
+  // Typed element access; T must match dtype() and the rank must match.
+  template <typename T>
+  T& at(std::initializer_list<std::int64_t> index) const {
+    check<DTypeError>(dtype_of_v<T> == dtype_, "at: view holds ", dtype_name(dtype_),
+                      ", accessed as ", dtype_name(dtype_of_v<T>));
+    check(static_cast<int>(index.size()) == rank(), "index: expected ", rank(),
+          " indices, got ", index.size());
+    std::int64_t pos = offset_;
+    int d = 0;
+    for (std::int64_t i : index) {
+      check(i >= 0 && i < shape_[d], "index: ", i, " out of range for dimension ", d, " of size ",
+            shape_[d]);
+      pos += i * strides_[d++];
+    }
+    return static_cast<T*>(base_)[pos];
+  }
+
+ private:
+  void* base_ = nullptr;
+  DType dtype_ = DType::Float32;
+  Shape shape_;
+  Shape strides_;
+  std::int64_t offset_ = 0;
+};
+
+}  // namespace tierkit

@@ -1,0 +1,222 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tierkit/kernels.h"
+
+using tierkit::BFloat16;
+using tierkit::DType;
+using tierkit::Half;
+using tierkit::Shape;
+using tierkit::TensorView;
+namespace k = tierkit::kernels;
+
+namespace {
+
+template <typename T>
+std::vector<T> random_values(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(dist(gen));
+  return v;
+}
+
+template <typename T>
+TensorView view1d(std::vector<T>& v) {
+  return TensorView::contiguous(v.data(), static_cast<std::int64_t>(v.size()), tierkit::dtype_of_v<T>,
+                                {static_cast<std::int64_t>(v.size())});
+}
+
+template <typename T>
+bool same_bits(T a, T b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+const std::int64_t kLengths[] = {0, 1, 7, 1025, 100003};
+
+}  // namespace
+
+template <typename T>
+class ContiguousKernels : public ::testing::Test {};
+using FloatTypes = ::testing::Types<float, double, Half, BFloat16>;
+TYPED_TEST_SUITE(ContiguousKernels, FloatTypes);
+
+// The kernels must equal the scalar reference (compute in compute_t, round
+// once) bit for bit, at lengths that exercise empty, tail-only, vector body
+// plus tail, and the multi-threaded split.
+TYPED_TEST(ContiguousKernels, AddMatchesScalarReference) {
+  using T = TypeParam;
+  using C = tierkit::compute_t<T>;
+  for (std::int64_t n : kLengths) {
+    auto a = random_values<T>(n, 1), b = random_values<T>(n, 2);
+    std::vector<T> out(n);
+    k::add(view1d(a), view1d(b), view1d(out));
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_bits(out[i], static_cast<T>(C(a[i]) + C(b[i])))) << n << " " << i;
+  }
+}
+
+TYPED_TEST(ContiguousKernels, ScaleShiftMatchesScalarReference) {
+  using T = TypeParam;
+  using C = tierkit::compute_t<T>;
+  for (std::int64_t n : kLengths) {
+    auto x = random_values<T>(n, 3);
+    std::vector<T> out(n);
+    k::scale_shift(view1d(x), 1.5, -0.25, view1d(out));
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_bits(out[i], static_cast<T>(C(1.5) * C(x[i]) + C(-0.25)))) << n << " " << i;
+  }
+}
+
+TYPED_TEST(ContiguousKernels, MulAddMatchesScalarReference) {
+  using T = TypeParam;
+  using C = tierkit::compute_t<T>;
+  for (std::int64_t n : kLengths) {
+    auto a = random_values<T>(n, 4), b = random_values<T>(n, 5);
+    std::vector<T> out(n);
+    k::muladd(view1d(a), view1d(b), 3.0, view1d(out));
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_bits(out[i], static_cast<T>(C(a[i]) * C(b[i]) + C(3.0)))) << n << " " << i;
+  }
+}
+
+TYPED_TEST(ContiguousKernels, MulMatchesScalarReference) {
+  using T = TypeParam;
+  using C = tierkit::compute_t<T>;
+  for (std::int64_t n : kLengths) {
+    auto a = random_values<T>(n, 6), b = random_values<T>(n, 7);
+    std::vector<T> out(n);
+    k::mul(view1d(a), view1d(b), view1d(out));
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(same_bits(out[i], static_cast<T>(C(a[i]) * C(b[i])))) << n << " " << i;
+  }
+}
+
+TEST(Kernels, RawPointerLoopsOddLengths) {
+  for (std::int64_t n : {0, 1, 3, 17, 1029}) {
+    auto a = random_values<double>(n, 8), b = random_values<double>(n, 9);
+    std::vector<double> out(n);
+    k::add(a.data(), b.data(), out.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]);
+    k::scale_shift(a.data(), 2.0, 1.0, out.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 2.0 * a[i] + 1.0);
+  }
+}
+
+TEST(Kernels, StridedTransposedInputs) {
+  // a is a (3, 5) transpose of a (5, 3) buffer; b is every other element of a
+  // longer buffer reshaped to (3, 5); out is contiguous.
+  auto abuf = random_values<float>(15, 10), bbuf = random_values<float>(30, 11);
+  std::vector<float> out(15);
+  TensorView a(abuf.data(), 15, DType::Float32, {3, 5}, {1, 3});
+  TensorView b(bbuf.data(), 30, DType::Float32, {3, 5}, {10, 2}, 1);
+  auto o = TensorView::contiguous(out.data(), 15, DType::Float32, {3, 5});
+  k::add(a, b, o);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j)
+      ASSERT_EQ(out[i * 5 + j], abuf[j * 3 + i] + bbuf[1 + i * 10 + j * 2]) << i << "," << j;
+}
+
+TEST(Kernels, StridedOutputAndBroadcastStrideZero) {
+  std::vector<double> row{1, 2, 3, 4};  // broadcast over 3 rows by stride 0
+  std::vector<double> x(12);
+  for (int i = 0; i < 12; ++i) x[i] = i;
+  std::vector<double> out(24, -1.0);
+  TensorView b(row.data(), 4, DType::Float64, {3, 4}, {0, 1});
+  TensorView a(x.data(), 12, DType::Float64, {3, 4}, {4, 1});
+  TensorView o(out.data(), 24, DType::Float64, {3, 4}, {8, 2});  // every other slot
+  k::muladd(a, b, 0.5, o);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) ASSERT_EQ(out[i * 8 + j * 2], x[i * 4 + j] * row[j] + 0.5);
+  EXPECT_EQ(out[1], -1.0);  // the gaps are untouched
+}
+
+TEST(Kernels, LargeStridedUsesEveryElement) {
+  const std::int64_t rows = 300, cols = 257;  // > one parallel chunk, odd row length
+  auto buf = random_values<float>(rows * cols, 12);
+  std::vector<float> out(rows * cols);
+  TensorView xt(buf.data(), rows * cols, DType::Float32, {cols, rows}, {1, cols});
+  auto o = TensorView::contiguous(out.data(), rows * cols, DType::Float32, {cols, rows});
+  k::scale_shift(xt, -2.0, 3.0, o);
+  for (std::int64_t i = 0; i < cols; ++i)
+    for (std::int64_t j = 0; j < rows; ++j)
+      ASSERT_EQ(out[i * rows + j], -2.0f * buf[j * cols + i] + 3.0f);
+}
+
+TEST(Kernels, ZeroDimViews) {
+  float a = 1.5f, b = 2.0f, out = 0;
+  TensorView va(&a, 1, DType::Float32, {}, {}), vb(&b, 1, DType::Float32, {}, {}),
+      vo(&out, 1, DType::Float32, {}, {});
+  k::mul(va, vb, vo);
+  EXPECT_EQ(out, 3.0f);
+}
+
+TEST(Kernels, InPlaceIsAllowed) {
+  auto a = random_values<float>(1025, 13);
+  const auto b = random_values<float>(1025, 14);
+  auto expected = a;
+  for (std::size_t i = 0; i < a.size(); ++i) expected[i] += b[i];
+  auto bc = b;
+  k::add(view1d(a), view1d(bc), view1d(a));
+  EXPECT_EQ(a, expected);
+}
+
+TEST(Kernels, PartialOverlapIsRejected) {
+  std::vector<float> mem(20);
+  auto a = TensorView::contiguous(mem.data(), 20, DType::Float32, {10});
+  TensorView shifted(mem.data(), 20, DType::Float32, {10}, {1}, 1);
+  try {
+    k::scale_shift(a, 1.0, 1.0, shifted);
+    FAIL();
+  } catch (const tierkit::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("out: overlaps input 'x'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Kernels, ShapeMismatchNamesBothShapes) {
+  std::vector<float> a(6), b(6), out(6);
+  auto va = TensorView::contiguous(a.data(), 6, DType::Float32, {2, 3});
+  auto vb = TensorView::contiguous(b.data(), 6, DType::Float32, {3, 2});
+  auto vo = TensorView::contiguous(out.data(), 6, DType::Float32, {2, 3});
+  try {
+    k::add(va, vb, vo);
+    FAIL();
+  } catch (const tierkit::InvalidArgument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("b: expected shape (2, 3)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("got (3, 2)"), std::string::npos) << msg;
+  }
+}
+
+TEST(Kernels, DtypeMismatchAndIntegerDtypesAreTypeErrors) {
+  std::vector<float> a(4), out(4);
+  std::vector<double> d(4);
+  std::vector<std::int32_t> ia(4), iout(4);
+  try {
+    k::add(view1d(a), view1d(d), view1d(out));
+    FAIL();
+  } catch (const tierkit::DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("b: expected dtype float32"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("got float64"), std::string::npos);
+  }
+  try {
+    k::add(view1d(ia), view1d(ia), view1d(iout));
+    FAIL();
+  } catch (const tierkit::DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("int32"), std::string::npos);
+  }
+}
+
+TEST(Kernels, NanInfAndSignedZeroPropagate) {
+  std::vector<float> a{NAN, INFINITY, -0.0f, -INFINITY}, b{1.0f, 1.0f, -0.0f, INFINITY};
+  std::vector<float> out(4);
+  k::add(view1d(a), view1d(b), view1d(out));
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_EQ(out[1], INFINITY);
+  EXPECT_TRUE(std::signbit(out[2]) && out[2] == 0.0f);
+  EXPECT_TRUE(std::isnan(out[3]));
+}
