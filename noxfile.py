@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nox
@@ -45,14 +46,18 @@ class Tier:
     name: str  # session suffix: tests-<name>
     path: str  # source directory
     needs: tuple[str, ...] = ()  # tiers installed before this one, in order
-    requirements: tuple[str, ...] = ("ci/requirements-base.txt",)
-    pytest_args: tuple[str, ...] = field(default_factory=tuple)
+    requirements: tuple[str, ...] = ()
 
+
+BASE = "ci/requirements-base.txt"
+TORCH = "ci/requirements-torch.txt"
 
 TIERS: dict[str, Tier] = {
     t.name: t
     for t in [
-        Tier("core", "packages/cpp-core"),
+        Tier("core", "packages/cpp-core", requirements=(BASE,)),
+        # torch is optional for the bridge; with it, the DLPack round trips run too.
+        Tier("bridge", "packages/pybind-bridge", needs=("core",), requirements=(BASE, TORCH)),
     ]
 }
 
@@ -86,13 +91,44 @@ def shared_env(session: nox.Session, *requirement_files: str) -> str:
     return _env_python()
 
 
-def install_tiers(session: nox.Session, python: str, names: list[str], extra_env=None, target=None) -> None:
-    """pip-install tiers in order, building against what the env already holds."""
+SKIP_PARTS = {"build", "__pycache__", ".pytest_cache", "dist"}
+
+
+def tier_digest(name: str) -> str:
+    """Hash of a tier's sources and of the tiers it builds on."""
+    digest = hashlib.sha256()
+    for dep in TIERS[name].needs:
+        digest.update(tier_digest(dep).encode())
+    root = ROOT / TIERS[name].path
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and not SKIP_PARTS.intersection(rel.parts) and not rel.parts[0].endswith(".egg-info"):
+            digest.update(str(rel).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def install_tiers(session: nox.Session, python: str, names: list[str]) -> None:
+    """pip-install tiers in order, building against what the env already holds.
+
+    A tier whose sources (and dependencies) are unchanged since its last
+    install is skipped: reinstalling would rewrite core's headers with new
+    mtimes and make every tier above rebuild from scratch.
+    """
+    stamps = ENV_DIR / ".tierkit-stamps"
     for name in names:
-        args = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--force-reinstall"]
-        if target:
-            args += ["--target", str(target), "--upgrade"]
-        session.run(*args, str(ROOT / TIERS[name].path), external=True, env={**BUILD_ENV, **(extra_env or {})})
+        stamp = stamps / f"{name}-{tier_digest(name)}"
+        if stamp.exists():
+            session.log(f"{name}: installed and up to date")
+            continue
+        session.run(
+            python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--force-reinstall",
+            str(ROOT / TIERS[name].path), external=True, env=BUILD_ENV,
+        )
+        for old in stamps.glob(f"{name}-*"):
+            old.unlink()
+        stamps.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
 
 
 def with_deps(name: str) -> list[str]:
@@ -125,9 +161,31 @@ def tests_core(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", "-q", str(ROOT / "packages/cpp-core/tests/python"), external=True)
 
 
+# ---- each Python tier's pytest ------------------------------------------------
+
+
+def pytest_tier(session: nox.Session, name: str) -> None:
+    names = with_deps(name)
+    python = shared_env(session, *requirements_for(names))
+    install_tiers(session, python, names)
+    session.run(python, "-m", "pytest", "-q", str(ROOT / TIERS[name].path / "tests"), *session.posargs, external=True)
+
+
+def _register_tests_session(name: str) -> None:
+    @nox.session(name=f"tests-{name}")
+    def _tests(session: nox.Session) -> None:
+        pytest_tier(session, name)
+
+    _tests.__doc__ = f"Install {TIERS[name].path} and what it needs, run its pytest."
+
+
+for _name in TIERS:
+    if _name != "core":
+        _register_tests_session(_name)
+
 # ---- everything else ----------------------------------------------------------
 
-TEST_SESSIONS = ["tests-core"]
+TEST_SESSIONS = [f"tests-{name}" for name in TIERS]
 
 
 @nox.session
@@ -137,9 +195,83 @@ def tests(session: nox.Session) -> None:
         session.notify(name)
 
 
+ASAN_SITE = BUILD_DIR / "asan-site"
+ASAN_LOGS = BUILD_DIR / "asan-logs"
+
+
+def asan_env(python: str) -> dict[str, str]:
+    """Environment for running Python extensions built with ASan+UBSan.
+
+    libasan must be the first library loaded, so it is preloaded, with
+    libstdc++ right after it: python itself does not link libstdc++, and ASan's
+    __cxa_throw interceptor finds no real function to forward to (a CHECK
+    failure on the first C++ exception) unless it is there at start-up. Python's own
+    allocations look like leaks to LSan, hence detect_leaks=0 (the C++ tests
+    keep leak checking on). Reports go to files so pytest cannot swallow them.
+    """
+    libs = [
+        subprocess.check_output(["g++", f"-print-file-name={lib}"], text=True).strip()
+        for lib in ("libasan.so", "libstdc++.so")
+    ]
+    return {
+        "LD_PRELOAD": " ".join(libs),
+        "ASAN_OPTIONS": f"detect_leaks=0:allocator_may_return_null=1:log_path={ASAN_LOGS}/asan",
+        "UBSAN_OPTIONS": f"print_stacktrace=1:halt_on_error=1:log_path={ASAN_LOGS}/ubsan",
+        "PYTHONPATH": str(ASAN_SITE),
+    }
+
+
+def install_sanitized(session: nox.Session, python: str, name: str) -> None:
+    """Build `name` with ASan+UBSan into build/asan-site (the normal install stays untouched)."""
+    settings = {
+        "bridge": [
+            "--config-settings=cmake.define.TIERKIT_SANITIZE=address,undefined",
+            "--config-settings=cmake.build-type=RelWithDebInfo",
+        ],
+    }[name]
+    session.run(
+        python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--upgrade",
+        "--target", str(ASAN_SITE), *settings, str(ROOT / TIERS[name].path), external=True,
+        env={**BUILD_ENV, "TIERKIT_SANITIZE": "address,undefined"},
+    )
+
+
+def check_canary(session: nox.Session, python: str, code: str, expect: str) -> None:
+    """Run `code` in a subprocess under ASan; it must die with report `expect`."""
+    env = {**os.environ, **asan_env(python)}
+    env["ASAN_OPTIONS"] = "detect_leaks=0"  # report to stderr, where we look for it
+    proc = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True)
+    if proc.returncode == 0 or expect not in proc.stderr:
+        session.error(f"sanitizer canary NOT caught ({code!r}): rc={proc.returncode}\n{proc.stderr[-2000:]}")
+    session.log(f"canary caught: {expect} ({code})")
+
+
+FINDING_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "CHECK failed")
+
+
+def check_no_reports(session: nox.Session) -> None:
+    # allocator_may_return_null=1 logs a WARNING for each deliberately
+    # impossible allocation; only errors are findings.
+    reports = [p for p in sorted(ASAN_LOGS.glob("*")) if any(m in p.read_text() for m in FINDING_MARKERS)]
+    if reports:
+        session.error("sanitizer findings:\n" + "\n".join(p.read_text()[-3000:] for p in reports))
+
+
+def sanitize_python_tier(session: nox.Session, python: str, name: str, canary: str) -> None:
+    install_sanitized(session, python, name)
+    check_canary(session, python, canary, "ERROR: AddressSanitizer: heap-buffer-overflow")
+    shutil.rmtree(ASAN_LOGS, ignore_errors=True)
+    ASAN_LOGS.mkdir(parents=True)
+    session.run(
+        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / TIERS[name].path / "tests"),
+        external=True, env=asan_env(python),
+    )
+    check_no_reports(session)
+
+
 @nox.session
 def sanitize(session: nox.Session) -> None:
-    """ASan+UBSan (and TSan for the threaded parts) over core; canaries must be caught."""
+    """ASan+UBSan (and TSan for the threaded parts) over core, then the Python tiers under ASan."""
     ctest_core(
         session, BUILD_DIR / "core-asan", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
         "-DTIERKIT_SANITIZE=address,undefined",
@@ -147,6 +279,12 @@ def sanitize(session: nox.Session) -> None:
     ctest_core(
         session, BUILD_DIR / "core-tsan", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DTIERKIT_SANITIZE=thread",
         ctest_args=("-R", "CachingAllocator|ThreadPool|Kernels|canary"),
+    )
+    python = shared_env(session, *requirements_for(with_deps("bridge")))
+    install_tiers(session, python, ["core"])
+    shutil.rmtree(ASAN_SITE, ignore_errors=True)
+    sanitize_python_tier(
+        session, python, "bridge", "import tierkit_bridge._bridge as b; b._asan_canary()"
     )
 
 

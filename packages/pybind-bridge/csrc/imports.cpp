@@ -1,0 +1,255 @@
+#include "imports.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "dlpack.h"
+#include "tierkit/error.h"
+
+namespace tierkit_bridge {
+
+using tierkit::DType;
+using tierkit::Shape;
+
+namespace {
+
+std::string type_name(const py::handle& obj) {
+  return py::str(obj.get_type().attr("__name__")).cast<std::string>();
+}
+
+// Releasing a borrow may touch Python objects (PyBuffer_Release, a numpy
+// DLPack deleter), and the last holder may be a thread without the GIL.
+template <typename F>
+std::shared_ptr<void> keepalive(F release) {
+  return std::shared_ptr<void>(reinterpret_cast<void*>(1), [release](void*) {
+    if (!Py_IsInitialized()) return;  // interpreter gone: nothing left to release into
+    py::gil_scoped_acquire gil;
+    release();
+  });
+}
+
+DType dtype_from_format(const char* format, Py_ssize_t itemsize, const char* name) {
+  std::string f = format ? format : "B";
+  const bool little = [] {
+    const std::uint16_t one = 1;
+    unsigned char first;
+    std::memcpy(&first, &one, 1);
+    return first == 1;
+  }();
+  if (!f.empty() && (f[0] == '>' || f[0] == '!' || f[0] == '<')) {
+    const bool is_little = f[0] == '<';
+    if (is_little != little) {
+      throw py::value_error(std::string(name) + ": expected native byte order, got format '" + f +
+                            "'; convert with arr.astype(arr.dtype.newbyteorder('='))");
+    }
+    f = f.substr(1);
+  } else if (!f.empty() && (f[0] == '@' || f[0] == '=')) {
+    f = f.substr(1);
+  }
+  if (f.size() == 1) {
+    switch (f[0]) {
+      case 'f': return DType::Float32;
+      case 'd': return DType::Float64;
+      case 'e': return DType::Float16;
+      case 'i':
+      case 'l':
+      case 'q':
+        if (itemsize == 4) return DType::Int32;
+        if (itemsize == 8) return DType::Int64;
+        break;
+      default: break;
+    }
+  }
+  throw py::type_error(std::string(name) + ": unsupported element type (buffer format '" + f +
+                       "'); accepted: float32, float64, float16 (bfloat16 through DLPack)");
+}
+
+DType dtype_from_dlpack(const DLDataType& t, const char* name) {
+  if (t.lanes == 1) {
+    if (t.code == kDLFloat && t.bits == 32) return DType::Float32;
+    if (t.code == kDLFloat && t.bits == 64) return DType::Float64;
+    if (t.code == kDLFloat && t.bits == 16) return DType::Float16;
+    if (t.code == kDLBfloat && t.bits == 16) return DType::BFloat16;
+    if (t.code == kDLInt && t.bits == 32) return DType::Int32;
+    if (t.code == kDLInt && t.bits == 64) return DType::Int64;
+  }
+  static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  const std::string code = t.code < 7 ? codes[t.code] : std::to_string(t.code);
+  throw py::type_error(std::string(name) + ": unsupported element type " + code + std::to_string(t.bits) +
+                       (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "") +
+                       " from DLPack; accepted: float32, float64, float16, bfloat16");
+}
+
+const char* device_name(int type) {
+  switch (type) {
+    case 1: return "cpu";
+    case 2: return "cuda";
+    case 3: return "cuda_host";
+    case 4: return "opencl";
+    case 7: return "vulkan";
+    case 8: return "metal";
+    case 10: return "rocm";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const Shape& strides,
+                            std::shared_ptr<void> keep, bool readonly) {
+  // TensorView addresses from its lowest element: with negative strides
+  // that is not the first one.
+  std::int64_t lo = 0, hi = 0;
+  const bool empty = shape.numel() == 0;
+  for (int i = 0; i < shape.rank() && !empty; ++i) {
+    const std::int64_t reach = (shape[i] - 1) * strides[i];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto item = static_cast<std::int64_t>(tierkit::dtype_size(dtype));
+  ArrayArg arg;
+  arg.view_ = tierkit::TensorView(static_cast<char*>(first) + lo * item, empty ? 0 : hi - lo + 1, dtype, shape,
+                                  strides, -lo);
+  arg.keepalive_ = std::move(keep);
+  arg.readonly_ = readonly;
+  return arg;
+}
+
+ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) {
+  auto refuse_readonly = [&](bool readonly) {
+    if (writable && readonly) {
+      throw py::value_error(std::string(name) + ": expected a writable array, got a read-only " + type_name(obj));
+    }
+  };
+
+  // 1. Our own Buffer: no protocol needed.
+  if (py::isinstance<PyArray>(obj)) {
+    const auto& a = obj.cast<const PyArray&>();
+    if (!a.dtype) {
+      throw py::type_error(std::string(name) + ": a raw byte Buffer has no element type; create it with "
+                           "Buffer.empty(shape, dtype)");
+    }
+    refuse_readonly(a.readonly);
+    ArrayArg arg;
+    arg.view_ = a.view();
+    arg.keepalive_ = a.storage;
+    arg.readonly_ = a.readonly;
+    return arg;
+  }
+
+  // 2. The buffer protocol (numpy, memoryview, array.array, bytes...).
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    auto buf = std::make_unique<Py_buffer>();
+    const int flags = writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO;
+    if (PyObject_GetBuffer(obj.ptr(), buf.get(), flags) != 0) {
+      PyErr_Clear();
+      if (writable && PyObject_GetBuffer(obj.ptr(), buf.get(), PyBUF_RECORDS_RO) == 0) {
+        PyBuffer_Release(buf.get());
+        refuse_readonly(true);
+      }
+      throw py::type_error(std::string(name) + ": " + type_name(obj) + " refused to export its buffer");
+    }
+    Py_buffer* raw = buf.release();
+    auto keep = keepalive([raw] {
+      PyBuffer_Release(raw);
+      delete raw;
+    });
+    const DType dtype = dtype_from_format(raw->format, raw->itemsize, name);
+    Shape shape, strides;
+    if (raw->ndim > tierkit::kMaxRank) {
+      throw py::value_error(std::string(name) + ": expected at most " + std::to_string(tierkit::kMaxRank) +
+                            " dimensions, got " + std::to_string(raw->ndim));
+    }
+    for (int i = 0; i < raw->ndim; ++i) {
+      if (raw->strides[i] % raw->itemsize != 0) {
+        throw py::value_error(std::string(name) + ": strides must be multiples of the item size (" +
+                              std::to_string(raw->itemsize) + " bytes), got " + std::to_string(raw->strides[i]));
+      }
+      shape.push_back(raw->shape[i]);
+      strides.push_back(raw->strides[i] / raw->itemsize);
+    }
+    return from_raw(raw->buf, dtype, shape, strides, std::move(keep), raw->readonly != 0);
+  }
+
+  // 3. DLPack.
+  if (py::hasattr(obj, "__dlpack__")) {
+    if (py::hasattr(obj, "__dlpack_device__")) {
+      const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+      if (dev.first != kDLCPU && dev.first != kDLCUDAHost) {
+        throw py::value_error(std::string(name) + ": expected CPU memory, got DLPack device (" +
+                              std::to_string(dev.first) + ", " + std::to_string(dev.second) + ") = " +
+                              device_name(dev.first) + ":" + std::to_string(dev.second) +
+                              "; move it to the CPU first (e.g. tensor.cpu())");
+      }
+    }
+    py::object capsule;
+    try {
+      capsule = obj.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(dlpack::kMajor, dlpack::kMinor));
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_TypeError)) throw py::value_error(std::string(name) + ": " + e.what());
+      capsule = obj.attr("__dlpack__")();  // a producer older than DLPack 1.0
+    }
+    PyObject* cap = capsule.ptr();
+    const DLTensor* t = nullptr;
+    bool readonly = false;
+    std::shared_ptr<void> keep;
+    if (PyCapsule_IsValid(cap, dlpack::kCapsuleVersioned)) {
+      auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, dlpack::kCapsuleVersioned));
+      PyCapsule_SetName(cap, dlpack::kUsedCapsuleVersioned);  // consumed: now ours to delete
+      keep = keepalive([m] {
+        if (m->deleter) m->deleter(m);
+      });
+      if (m->version.major != dlpack::kMajor) {
+        throw py::value_error(std::string(name) + ": unsupported DLPack version " +
+                              std::to_string(m->version.major) + "." + std::to_string(m->version.minor));
+      }
+      t = &m->dl_tensor;
+      readonly = (m->flags & dlpack::kFlagReadOnly) != 0;
+    } else if (PyCapsule_IsValid(cap, dlpack::kCapsule)) {
+      auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, dlpack::kCapsule));
+      PyCapsule_SetName(cap, dlpack::kUsedCapsule);
+      keep = keepalive([m] {
+        if (m->deleter) m->deleter(m);
+      });
+      t = &m->dl_tensor;
+    } else {
+      throw py::type_error(std::string(name) + ": __dlpack__ did not return a DLPack capsule");
+    }
+    refuse_readonly(readonly);
+    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
+      throw py::value_error(std::string(name) + ": expected CPU memory, got DLPack device " +
+                            device_name(t->device.device_type));
+    }
+    const DType dtype = dtype_from_dlpack(t->dtype, name);
+    if (t->ndim > tierkit::kMaxRank) {
+      throw py::value_error(std::string(name) + ": expected at most " + std::to_string(tierkit::kMaxRank) +
+                            " dimensions, got " + std::to_string(t->ndim));
+    }
+    Shape shape = Shape::from_range(t->shape, t->shape + t->ndim);
+    Shape strides = t->strides ? Shape::from_range(t->strides, t->strides + t->ndim) : shape.contiguous_strides();
+    return from_raw(static_cast<char*>(t->data) + t->byte_offset, dtype, shape, strides, std::move(keep), readonly);
+  }
+
+  throw py::type_error(std::string(name) + ": expected an array (buffer protocol or __dlpack__), got " +
+                       type_name(obj));
+}
+
+PyArray ArrayArg::share() const {
+  PyArray a;
+  const auto item = tierkit::dtype_size(view_.dtype());
+  // Capacity covers exactly the elements the view can reach.
+  std::int64_t hi = view_.offset();
+  for (int i = 0; i < view_.rank(); ++i) hi += std::max<std::int64_t>(0, (view_.shape()[i] - 1) * view_.strides()[i]);
+  const std::size_t nbytes = view_.numel() == 0 ? 0 : static_cast<std::size_t>(hi + 1) * item;
+  std::shared_ptr<void> keep = keepalive_;
+  a.storage = std::make_shared<tierkit::Buffer>(
+      tierkit::Buffer::wrap(nbytes ? view_.base() : nullptr, nbytes, [keep](void*) mutable { keep.reset(); }));
+  a.dtype = view_.dtype();
+  a.shape = view_.shape();
+  a.strides = view_.strides();
+  a.offset = nbytes ? view_.offset() : 0;
+  a.readonly = readonly_;
+  return a;
+}
+
+}  // namespace tierkit_bridge

@@ -1,0 +1,37 @@
+// ArrayArg: any Python array argument, borrowed without copying. Our own
+// Buffer, anything with the buffer protocol (numpy, memoryview, array.array)
+// or anything with __dlpack__ (torch, jax, cupy-on-host...) becomes a
+// tierkit::TensorView plus a keep-alive that releases the borrow when the
+// last holder lets go. Anything unusable is refused with a message naming the
+// argument.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+
+#include "array.h"
+#include "tierkit/view.h"
+
+namespace tierkit_bridge {
+
+class ArrayArg {
+ public:
+  // `writable`: the argument will be written to (an `out=`); read-only
+  // memory is refused.
+  static ArrayArg from(const py::handle& obj, const char* name, bool writable);
+
+  const tierkit::TensorView& view() const { return view_; }
+  bool readonly() const { return readonly_; }
+  // A Buffer sharing this memory; it keeps the source object alive.
+  PyArray share() const;
+
+ private:
+  static ArrayArg from_raw(void* first, tierkit::DType dtype, const tierkit::Shape& shape,
+                           const tierkit::Shape& strides, std::shared_ptr<void> keepalive, bool readonly);
+  tierkit::TensorView view_;
+  std::shared_ptr<void> keepalive_;
+  bool readonly_ = false;
+};
+
+}  // namespace tierkit_bridge

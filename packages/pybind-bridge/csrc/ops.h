@@ -1,0 +1,12 @@
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace tierkit_bridge {
+namespace py = pybind11;
+
+void bind_ops(py::module_& m);
+// Whether allocating ops take their output from core's caching allocator.
+void set_output_caching(bool enabled);
+bool output_caching();
+}  // namespace tierkit_bridge

@@ -1,0 +1,94 @@
+"""Every input the bridge refuses: the exception type and a message naming the argument."""
+
+import numpy as np
+import pytest
+
+import tierkit_bridge as tb
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+F32 = np.arange(6, dtype=np.float32)
+
+
+class FakeCudaArray:
+    """A DLPack producer that says its memory is on a GPU."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kwargs):  # pragma: no cover - must never be reached
+        raise AssertionError("the device must be checked before exporting")
+
+
+def read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+CASES = [
+    # (id, call, exception, message regex)
+    ("int dtype", lambda: tb.add(F32.astype(np.int64), F32), TypeError,
+     "a: expected dtype float32, float64, float16 or bfloat16, got int64"),
+    ("int8 format", lambda: tb.scale_shift(np.zeros(3, np.int8), 1, 1), TypeError,
+     "x: unsupported element type \\(buffer format 'b'\\)"),
+    ("complex", lambda: tb.add(F32, np.zeros(6, np.complex64)), TypeError, "b: unsupported element type"),
+    ("dtype mismatch", lambda: tb.add(F32, F32.astype(np.float64)), TypeError,
+     "b: expected dtype float32 \\(same as a\\), got float64"),
+    ("shape mismatch", lambda: tb.muladd(F32.reshape(2, 3), F32.reshape(3, 2), 1.0), ValueError,
+     "b: expected shape \\(2, 3\\) \\(same as a\\), got \\(3, 2\\)"),
+    ("out shape", lambda: tb.add(F32, F32, out=np.empty(5, np.float32)), ValueError,
+     "out: expected shape \\(6,\\) \\(same as a\\), got \\(5,\\)"),
+    ("out dtype", lambda: tb.add(F32, F32, out=np.empty(6)), TypeError,
+     "out: expected dtype float32 \\(same as a\\), got float64"),
+    ("read-only out", lambda: tb.add(F32, F32, out=read_only(F32)), ValueError,
+     "out: expected a writable array, got a read-only ndarray"),
+    ("read-only bytes out", lambda: tb.scale_shift(F32, 1, 1, out=memoryview(F32.tobytes()).cast("f")),
+     ValueError, "out: expected a writable array"),
+    ("big-endian", lambda: tb.add(F32, F32.astype(">f4")), ValueError,
+     "b: expected native byte order, got format '>f'"),
+    ("non-cpu dlpack", lambda: tb.add(FakeCudaArray(), F32), ValueError,
+     "a: expected CPU memory, got DLPack device \\(2, 0\\) = cuda:0"),
+    ("partial overlap", lambda: _overlap(), ValueError, "out: overlaps input 'x'"),
+    ("None", lambda: tb.add(None, F32), TypeError, "a: expected an array \\(buffer protocol or __dlpack__\\), got NoneType"),
+    ("list", lambda: tb.add(F32, [1.0] * 6), TypeError, "b: expected an array .*got list"),
+    ("python scalar", lambda: tb.scale_shift(2.0, 1, 1), TypeError, "x: expected an array .*got float"),
+    ("raw byte buffer", lambda: tb.add(tb.Buffer(8), tb.Buffer(8)), TypeError, "a: a raw byte Buffer has no element type"),
+    ("bad strides", lambda: _odd_strides(), ValueError, "a: strides must be multiples of the item size"),
+    ("alpha not a number", lambda: tb.scale_shift(F32, "2", 1), TypeError, "incompatible function arguments"),
+]
+
+
+def _overlap():
+    buf = np.arange(10, dtype=np.float32)
+    return tb.scale_shift(buf[:-1], 1, 1, out=buf[1:])
+
+
+def _odd_strides():
+    raw = np.zeros(40, np.uint8)
+    odd = np.lib.stride_tricks.as_strided(raw.view(np.float32), shape=(3,), strides=(6,))
+    return tb.add(odd, np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize(("call", "exc", "pattern"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_with_a_clear_message(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+@needs_torch
+def test_torch_tensor_requiring_grad_names_the_argument():
+    t = torch.ones(3, requires_grad=True)
+    with pytest.raises(ValueError, match="a: .*detach"):
+        tb.add(t, t)
+
+
+@needs_torch
+def test_torch_int_tensor():
+    t = torch.ones(3, dtype=torch.int32)
+    with pytest.raises(TypeError, match="a: expected dtype float32, float64, float16 or bfloat16, got int32"):
+        tb.add(t, t)
