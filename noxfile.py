@@ -58,6 +58,7 @@ TIERS: dict[str, Tier] = {
         Tier("core", "packages/cpp-core", requirements=(BASE,)),
         # torch is optional for the bridge; with it, the DLPack round trips run too.
         Tier("bridge", "packages/pybind-bridge", needs=("core",), requirements=(BASE, TORCH)),
+        Tier("torch", "packages/torch-cpu", needs=("core",), requirements=(BASE, TORCH)),
     ]
 }
 
@@ -168,7 +169,10 @@ def pytest_tier(session: nox.Session, name: str) -> None:
     names = with_deps(name)
     python = shared_env(session, *requirements_for(names))
     install_tiers(session, python, names)
-    session.run(python, "-m", "pytest", "-q", str(ROOT / TIERS[name].path / "tests"), *session.posargs, external=True)
+    session.run(
+        python, "-m", "pytest", "-q", str(ROOT / TIERS[name].path / "tests"), *session.posargs,
+        external=True, env={**BUILD_ENV, "TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")},
+    )
 
 
 def _register_tests_session(name: str) -> None:
@@ -228,6 +232,7 @@ def install_sanitized(session: nox.Session, python: str, name: str) -> None:
             "--config-settings=cmake.define.TIERKIT_SANITIZE=address,undefined",
             "--config-settings=cmake.build-type=RelWithDebInfo",
         ],
+        "torch": [],  # setup.py reads TIERKIT_SANITIZE
     }[name]
     session.run(
         python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--upgrade",
@@ -257,14 +262,14 @@ def check_no_reports(session: nox.Session) -> None:
         session.error("sanitizer findings:\n" + "\n".join(p.read_text()[-3000:] for p in reports))
 
 
-def sanitize_python_tier(session: nox.Session, python: str, name: str, canary: str) -> None:
+def sanitize_python_tier(session: nox.Session, python: str, name: str, canary: str, *pytest_args: str) -> None:
     install_sanitized(session, python, name)
     check_canary(session, python, canary, "ERROR: AddressSanitizer: heap-buffer-overflow")
     shutil.rmtree(ASAN_LOGS, ignore_errors=True)
     ASAN_LOGS.mkdir(parents=True)
     session.run(
         python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / TIERS[name].path / "tests"),
-        external=True, env=asan_env(python),
+        *pytest_args, external=True, env=asan_env(python),
     )
     check_no_reports(session)
 
@@ -280,11 +285,16 @@ def sanitize(session: nox.Session) -> None:
         session, BUILD_DIR / "core-tsan", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DTIERKIT_SANITIZE=thread",
         ctest_args=("-R", "CachingAllocator|ThreadPool|Kernels|canary"),
     )
-    python = shared_env(session, *requirements_for(with_deps("bridge")))
+    python = shared_env(session, *requirements_for(["bridge", "torch"]))
     install_tiers(session, python, ["core"])
     shutil.rmtree(ASAN_SITE, ignore_errors=True)
+    sanitize_python_tier(session, python, "bridge", "import tierkit_bridge._bridge as b; b._asan_canary()")
+    # torch.compile and JIT tests are left out here: they exercise inductor's
+    # and cpp_extension's generated builds (uninstrumented), not our code,
+    # and would spawn compilers under the ASan preload.
     sanitize_python_tier(
-        session, python, "bridge", "import tierkit_bridge._bridge as b; b._asan_canary()"
+        session, python, "torch", "import tierkit_torch, torch; torch.ops.tierkit._asan_canary()",
+        "--ignore-glob=*test_compile.py", "--ignore-glob=*test_jit.py",
     )
 
 

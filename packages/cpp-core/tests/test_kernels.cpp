@@ -220,3 +220,32 @@ TEST(Kernels, NanInfAndSignedZeroPropagate) {
   EXPECT_TRUE(std::signbit(out[2]) && out[2] == 0.0f);
   EXPECT_TRUE(std::isnan(out[3]));
 }
+
+TEST(Kernels, OutputWithZeroStrideIsRejected) {
+  std::vector<float> a(4), one(1);
+  TensorView expanded_out(one.data(), 1, DType::Float32, {4}, {0});
+  try {
+    k::add(view1d(a), view1d(a), expanded_out);
+    FAIL();
+  } catch (const tierkit::InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("out: has stride 0 in dimension 0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Kernels, CustomRunnerDecidesTheSplit) {
+  // A host framework's parallel_for stands in for the pool: it sees the whole
+  // range once, and the chunks it hands back cover it.
+  std::vector<std::pair<std::int64_t, std::int64_t>> chunks;
+  auto runner = [&](std::int64_t n, std::int64_t grain, const auto& fn) {
+    EXPECT_GT(grain, 0);
+    for (std::int64_t lo = 0; lo < n; lo += 1000) {
+      chunks.emplace_back(lo, std::min(n, lo + 1000));
+      fn(lo, std::min(n, lo + 1000));
+    }
+  };
+  auto x = random_values<float>(4500, 15);
+  std::vector<float> out(4500);
+  k::scale_shift(view1d(x), 3.0, 0.5, view1d(out), runner);
+  EXPECT_EQ(chunks.size(), 5u);
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], 3.0f * x[i] + 0.5f);
+}

@@ -76,7 +76,7 @@ void bind_ops(py::module_& m) {
       "add",
       [](const py::object& a, const py::object& b, const py::object& out) {
         return run<2>({a, b}, {"a", "b"}, out, [](const auto& in, const auto& o, unsigned t) {
-          tierkit::kernels::add(in[0].view(), in[1].view(), o, t);
+          tierkit::kernels::add(in[0].view(), in[1].view(), o, tierkit::kernels::PoolRunner{t});
         });
       },
       py::arg("a"), py::arg("b"), py::kw_only(), py::arg("out") = py::none(),
@@ -85,7 +85,7 @@ void bind_ops(py::module_& m) {
       "mul",
       [](const py::object& a, const py::object& b, const py::object& out) {
         return run<2>({a, b}, {"a", "b"}, out, [](const auto& in, const auto& o, unsigned t) {
-          tierkit::kernels::mul(in[0].view(), in[1].view(), o, t);
+          tierkit::kernels::mul(in[0].view(), in[1].view(), o, tierkit::kernels::PoolRunner{t});
         });
       },
       py::arg("a"), py::arg("b"), py::kw_only(), py::arg("out") = py::none(), "a * b elementwise.");
@@ -93,7 +93,7 @@ void bind_ops(py::module_& m) {
       "scale_shift",
       [](const py::object& x, double alpha, double beta, const py::object& out) {
         return run<1>({x}, {"x"}, out, [alpha, beta](const auto& in, const auto& o, unsigned t) {
-          tierkit::kernels::scale_shift(in[0].view(), alpha, beta, o, t);
+          tierkit::kernels::scale_shift(in[0].view(), alpha, beta, o, tierkit::kernels::PoolRunner{t});
         });
       },
       py::arg("x"), py::arg("alpha"), py::arg("beta"), py::kw_only(), py::arg("out") = py::none(),
@@ -102,7 +102,7 @@ void bind_ops(py::module_& m) {
       "muladd",
       [](const py::object& a, const py::object& b, double c, const py::object& out) {
         return run<2>({a, b}, {"a", "b"}, out, [c](const auto& in, const auto& o, unsigned t) {
-          tierkit::kernels::muladd(in[0].view(), in[1].view(), c, o, t);
+          tierkit::kernels::muladd(in[0].view(), in[1].view(), c, o, tierkit::kernels::PoolRunner{t});
         });
       },
       py::arg("a"), py::arg("b"), py::arg("c"), py::kw_only(), py::arg("out") = py::none(),

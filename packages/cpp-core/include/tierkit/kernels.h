@@ -126,6 +126,15 @@ inline void check_operand(const TensorView& out, const TensorView& in, const cha
   check_no_partial_overlap(out, in, in_name);
 }
 
+// A zero stride in a dimension of size > 1 makes several elements of `out`
+// one address: writes would race and the result would depend on the order.
+inline void check_writable_layout(const TensorView& out) {
+  for (int d = 0; d < out.rank(); ++d) {
+    check(out.shape()[d] <= 1 || out.strides()[d] != 0, "out: has stride 0 in dimension ", d, " (size ",
+          out.shape()[d], "), so several elements share one address; give a tensor with distinct elements");
+  }
+}
+
 inline void check_floating(const TensorView& out) {
   check<DTypeError>(is_floating(out.dtype()),
                     "out: expected a floating dtype (float32, float64, float16, bfloat16), got ",
@@ -190,12 +199,13 @@ void dispatch_floating(DType t, Fn&& fn) {
 }
 
 // The one driver behind every view entry point: check, dispatch on dtype,
-// pick the contiguous or strided loop, split over the pool.
+// pick the contiguous or strided loop, hand the range to `run`.
 // `make_op(C{})` builds the operation for compute type C.
-template <std::size_t N, typename MakeOp>
-void map_views(const TensorView& out, const TensorView* const (&ins)[N],
-               const char* const (&names)[N], unsigned max_threads, MakeOp make_op) {
+template <std::size_t N, typename Runner, typename MakeOp>
+void map_views(const TensorView& out, const TensorView* const (&ins)[N], const char* const (&names)[N],
+               const Runner& run, MakeOp make_op) {
   check_floating(out);
+  check_writable_layout(out);
   for (std::size_t k = 0; k < N; ++k) check_operand(out, *ins[k], names[k]);
   dispatch_floating(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -203,45 +213,52 @@ void map_views(const TensorView& out, const TensorView* const (&ins)[N],
     bool contiguous = out.is_contiguous();
     for (std::size_t k = 0; k < N; ++k) contiguous = contiguous && ins[k]->is_contiguous();
     const auto seq = std::make_index_sequence<N>{};
-    ThreadPool::global().parallel_for(
-        0, out.numel(), kGrain,
-        [&](std::int64_t lo, std::int64_t hi) {
-          if (contiguous) {
-            map_chunk<T>(op, out, ins, lo, hi, seq);
-          } else {
-            map_strided<T>(op, out, ins, lo, hi, seq);
-          }
-        },
-        max_threads);
+    run(out.numel(), kGrain, [&](std::int64_t lo, std::int64_t hi) {
+      if (contiguous) {
+        map_chunk<T>(op, out, ins, lo, hi, seq);
+      } else {
+        map_strided<T>(op, out, ins, lo, hi, seq);
+      }
+    });
   });
 }
 
 }  // namespace detail
 
 // ---- view entry points ------------------------------------------------------
-// `max_threads` = 0 uses every pool thread; 1 runs on the caller only.
+// `run(n, grain, fn)` decides how [0, n) is split; fn(lo, hi) does a chunk.
+// The default is core's ThreadPool; a host framework passes its own (the
+// torch tier passes at::parallel_for, so torch.set_num_threads governs it).
 
-inline void add(const TensorView& a, const TensorView& b, const TensorView& out,
-                unsigned max_threads = 0) {
-  detail::map_views(out, {&a, &b}, {"a", "b"}, max_threads, [](auto) { return AddOp{}; });
+struct PoolRunner {
+  unsigned max_threads = 0;  // 0: every pool thread; 1: the calling thread only
+  template <typename Fn>
+  void operator()(std::int64_t n, std::int64_t grain, const Fn& fn) const {
+    ThreadPool::global().parallel_for(0, n, grain, fn, max_threads);
+  }
+};
+
+template <typename Runner = PoolRunner>
+void add(const TensorView& a, const TensorView& b, const TensorView& out, const Runner& run = {}) {
+  detail::map_views(out, {&a, &b}, {"a", "b"}, run, [](auto) { return AddOp{}; });
 }
 
-inline void mul(const TensorView& a, const TensorView& b, const TensorView& out,
-                unsigned max_threads = 0) {
-  detail::map_views(out, {&a, &b}, {"a", "b"}, max_threads, [](auto) { return MulOp{}; });
+template <typename Runner = PoolRunner>
+void mul(const TensorView& a, const TensorView& b, const TensorView& out, const Runner& run = {}) {
+  detail::map_views(out, {&a, &b}, {"a", "b"}, run, [](auto) { return MulOp{}; });
 }
 
-inline void scale_shift(const TensorView& x, double alpha, double beta, const TensorView& out,
-                        unsigned max_threads = 0) {
-  detail::map_views(out, {&x}, {"x"}, max_threads, [=](auto c) {
+template <typename Runner = PoolRunner>
+void scale_shift(const TensorView& x, double alpha, double beta, const TensorView& out, const Runner& run = {}) {
+  detail::map_views(out, {&x}, {"x"}, run, [=](auto c) {
     using C = decltype(c);
     return ScaleShiftOp<C>{static_cast<C>(alpha), static_cast<C>(beta)};
   });
 }
 
-inline void muladd(const TensorView& a, const TensorView& b, double c, const TensorView& out,
-                   unsigned max_threads = 0) {
-  detail::map_views(out, {&a, &b}, {"a", "b"}, max_threads, [=](auto z) {
+template <typename Runner = PoolRunner>
+void muladd(const TensorView& a, const TensorView& b, double c, const TensorView& out, const Runner& run = {}) {
+  detail::map_views(out, {&a, &b}, {"a", "b"}, run, [=](auto z) {
     using C = decltype(z);
     return MulAddOp<C>{static_cast<C>(c)};
   });

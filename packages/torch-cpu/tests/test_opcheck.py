@@ -1,0 +1,36 @@
+"""torch.library.opcheck: schema, autograd registration, fake kernels and
+AOT dispatch agree with the real kernels on a spread of inputs."""
+
+import pytest
+import torch
+from reference import ALPHA, BETA, C
+
+
+def samples(gen):
+    def r(*shape, dtype=torch.float32, grad=False):
+        return torch.randn(*shape, generator=gen).to(dtype).requires_grad_(grad)
+
+    for grad in (False, True):
+        for dtype in (torch.float32, torch.float64):
+            yield ("custom_add", (r(3, 4, dtype=dtype, grad=grad), r(3, 4, dtype=dtype)))
+            yield ("mul", (r(5, dtype=dtype), r(5, dtype=dtype, grad=grad)))
+            yield ("scale_shift", (r(2, 3, 4, dtype=dtype, grad=grad), ALPHA, BETA))
+            yield ("muladd", (r(7, dtype=dtype, grad=grad), r(7, dtype=dtype, grad=grad), C))
+        yield ("custom_add", (r(6, 4, grad=grad).t(), r(4, 6)))
+        yield ("mul", (r((), grad=grad), r(())))
+        yield ("scale_shift", (r(0, 3, grad=grad), 2.0, 1.0))
+        yield ("muladd", (r(1, 8, grad=grad).expand(3, 8), r(3, 8), C))
+    # add_out is not differentiable (like aten's out= overloads): no grad samples.
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        yield ("add_out", (r(4, 4, dtype=dtype), r(4, 4, dtype=dtype), torch.empty(4, 4, dtype=dtype)))
+    a = r(9)
+    yield ("add_out", (a, r(9), a))
+
+
+SAMPLES = list(samples(torch.Generator().manual_seed(0)))
+
+
+@pytest.mark.parametrize(("op", "args"), SAMPLES, ids=[f"{op}-{i}" for i, (op, _) in enumerate(SAMPLES)])
+def test_opcheck(op, args):
+    result = torch.library.opcheck(getattr(torch.ops.tierkit, op).default, args)
+    assert all(v == "SUCCESS" for v in result.values()), result
