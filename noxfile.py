@@ -37,8 +37,11 @@ BUILD_ENV = {
     "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("MAX_JOBS", "2"),
     "CMAKE_GENERATOR": "Ninja",
     "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"),
-    "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda"),
 }
+# The toolkit root, not a wrapper nvcc's directory (see docs/torch-cuda.md).
+_cuda_home = os.environ.get("CUDA_HOME") or ("/usr/local/cuda" if Path("/usr/local/cuda/bin/nvcc").exists() else "")
+if _cuda_home:
+    BUILD_ENV["CUDA_HOME"] = _cuda_home
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ TIERS: dict[str, Tier] = {
         # torch is optional for the bridge; with it, the DLPack round trips run too.
         Tier("bridge", "packages/pybind-bridge", needs=("core",), requirements=(BASE, TORCH)),
         Tier("torch", "packages/torch-cpu", needs=("core",), requirements=(BASE, TORCH)),
+        Tier("cuda", "packages/torch-cuda", needs=("core", "torch"), requirements=(BASE, TORCH)),
     ]
 }
 
@@ -170,7 +174,7 @@ def pytest_tier(session: nox.Session, name: str) -> None:
     python = shared_env(session, *requirements_for(names))
     install_tiers(session, python, names)
     session.run(
-        python, "-m", "pytest", "-q", str(ROOT / TIERS[name].path / "tests"), *session.posargs,
+        python, "-m", "pytest", "-q", "-rs", str(ROOT / TIERS[name].path / "tests"), *session.posargs,
         external=True, env={**BUILD_ENV, "TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")},
     )
 
@@ -178,6 +182,8 @@ def pytest_tier(session: nox.Session, name: str) -> None:
 def _register_tests_session(name: str) -> None:
     @nox.session(name=f"tests-{name}")
     def _tests(session: nox.Session) -> None:
+        if name == "cuda" and not Path(BUILD_ENV.get("CUDA_HOME", "/nonexistent"), "bin", "nvcc").exists():
+            session.skip("no CUDA toolkit (set CUDA_HOME to the directory holding bin/nvcc): the CUDA tier cannot build")
         pytest_tier(session, name)
 
     _tests.__doc__ = f"Install {TIERS[name].path} and what it needs, run its pytest."

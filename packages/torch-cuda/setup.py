@@ -1,0 +1,83 @@
+"""Build of tierkit-cuda: one CUDA extension, tierkit_cuda._C, holding CUDA
+kernels for the tierkit ops. Metadata is in pyproject.toml.
+
+Needs nvcc and a CUDA build of torch whose CUDA major version matches it;
+no GPU is needed to build. Build against the torch you run with:
+    pip install --no-build-isolation packages/torch-cuda
+Knobs: CUDA_HOME (default /usr/local/cuda when it holds nvcc),
+TORCH_CUDA_ARCH_LIST (default "9.0"), MAX_JOBS.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def fail(message: str) -> None:
+    sys.exit(f"\ntierkit-cuda: {message}\n")
+
+
+# torch.utils.cpp_extension reads CUDA_HOME when imported: settle it first.
+# (A wrapper `nvcc` in /usr/local/bin would otherwise make torch guess
+# CUDA_HOME=/usr/local, where there is no lib64/libcudart.)
+if not os.environ.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
+    os.environ["CUDA_HOME"] = "/usr/local/cuda"
+os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+
+import torch  # noqa: E402
+from setuptools import setup  # noqa: E402
+from setuptools.command.build_py import build_py  # noqa: E402
+
+if torch.version.cuda is None:
+    fail(
+        f"the installed torch {torch.__version__} is a CPU-only build; this tier needs a CUDA build "
+        "(here: pip install torch==2.14.1, the CUDA 13.0 build). Build with --no-build-isolation so "
+        "the torch you build against is the torch you run."
+    )
+
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CUDAExtension  # noqa: E402
+
+nvcc = Path(CUDA_HOME or "", "bin", "nvcc")
+if not CUDA_HOME or not nvcc.exists():
+    fail(
+        f"nvcc not found (CUDA_HOME={CUDA_HOME!r}). Install the CUDA toolkit {torch.version.cuda} "
+        "and set CUDA_HOME to its root (the directory holding bin/nvcc)."
+    )
+
+import tierkit_torch  # noqa: E402  (for its shared checks header)
+
+
+def build_info() -> str:
+    return (
+        '"""Recorded when this package was built (read by `tierkit doctor`)."""\n\n'
+        f"TORCH_VERSION = {torch.__version__!r}\n"
+        f"CXX11_ABI = {bool(torch._C._GLIBCXX_USE_CXX11_ABI)!r}\n"
+        f"CUDA_VERSION = {torch.version.cuda!r}\n"
+        f"CUDA_HOME = {CUDA_HOME!r}\n"
+        f"TORCH_CUDA_ARCH_LIST = {os.environ['TORCH_CUDA_ARCH_LIST']!r}\n"
+    )
+
+
+class BuildPyWithInfo(build_py):
+    def run(self):
+        super().run()
+        (Path(self.build_lib) / "tierkit_cuda" / "_build_info.py").write_text(build_info())
+
+
+setup(
+    ext_modules=[
+        CUDAExtension(
+            "tierkit_cuda._C",
+            ["csrc/module.cpp", "csrc/ops.cpp", "csrc/timing.cpp", "csrc/kernels.cu"],
+            include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include()],
+            extra_compile_args={"cxx": ["-O3", "-Wall"], "nvcc": ["-O3"]},
+            py_limited_api=True,
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithInfo},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)

@@ -1,0 +1,43 @@
+"""CUDA kernels for the tierkit operators.
+
+Importing this package imports :mod:`tierkit_torch` first (which defines the
+``tierkit`` schemas, fake kernels and autograd), then loads the CUDA kernels,
+so ``torch.ops.tierkit.*`` and :mod:`tierkit_torch.ops` run on CUDA tensors.
+It imports without a GPU; calls then need one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import tierkit_torch
+
+__all__ = ["cuda_available", "time_op"]
+__version__ = "0.1.0"
+
+try:
+    from . import _C  # noqa: F401  (static initialisers register the CUDA kernels)
+except ImportError as exc:  # pragma: no cover - depends on the installed torch
+    if torch.version.cuda is None:
+        raise ImportError(
+            f"tierkit_cuda needs a CUDA build of torch, but torch {torch.__version__} is CPU-only "
+            "(torch.version.cuda is None). Install the CUDA build it was built against "
+            "(pip install torch==2.14.1) and rebuild with --no-build-isolation."
+        ) from exc
+    raise ImportError(
+        f"tierkit_cuda failed to load its kernels ({exc}). It must run with the torch it was built "
+        "against; run `tierkit doctor` to compare versions."
+    ) from exc
+
+ops = tierkit_torch.ops
+
+
+def cuda_available() -> bool:
+    """True when a CUDA device can run the kernels (not just compile them)."""
+    return torch.cuda.is_available()
+
+
+def time_op(op: str, a: torch.Tensor, b: torch.Tensor | None = None, iters: int = 20) -> float:
+    """Mean milliseconds per call of a tierkit op on the current stream,
+    measured with a CUDA event pair after one warm-up call."""
+    return torch.ops.tierkit_cuda.time_op(op, a, a if b is None else b, iters)
