@@ -63,6 +63,8 @@ TIERS: dict[str, Tier] = {
         Tier("bridge", "packages/pybind-bridge", needs=("core",), requirements=(BASE, TORCH)),
         Tier("torch", "packages/torch-cpu", needs=("core",), requirements=(BASE, TORCH)),
         Tier("cuda", "packages/torch-cuda", needs=("core", "torch"), requirements=(BASE, TORCH)),
+        # Pure Python; imports whichever tiers are installed, lazily.
+        Tier("tools", "packages/tierkit", requirements=(BASE, TORCH)),
     ]
 }
 

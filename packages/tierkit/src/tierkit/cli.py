@@ -1,0 +1,71 @@
+"""The `tierkit` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import explain, jit_cache, report, tiers, toolchain, torch_cuda
+
+    if args.explain is not None:
+        text = sys.stdin.read() if args.explain == "-" else open(args.explain, errors="replace").read()
+        diagnosis = explain.explain(text)
+        print(json.dumps(diagnosis.as_dict() if diagnosis else None, indent=2) if args.json else explain.render(diagnosis))
+        return 1 if diagnosis else 0
+
+    checks = [*toolchain.python_checks(), *toolchain.compiler_checks(), *toolchain.build_tool_checks()]
+    info, error = torch_cuda.torch_info()
+    checks += torch_cuda.torch_checks(info, error)
+    checks += torch_cuda.cuda_checks(info)
+    for tier in tiers.TIERS:
+        checks += tiers.tier_checks(tier, info)
+    checks += jit_cache.jit_cache_checks(fix=args.fix, older_than_min=args.lock_age)
+    print(report.render_json(checks) if args.json else report.render_text(checks))
+    return report.exit_code(checks)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    return bench_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tierkit", description="tierkit tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    doctor = sub.add_parser("doctor", help="can this machine build and load each tier; which layer broke")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument("--fix", action="store_true", help="remove stale JIT lock files")
+    doctor.add_argument("--lock-age", type=float, default=10.0, metavar="MIN",
+                        help="a lock nobody holds is stale after this many minutes (default 10)")
+    doctor.add_argument("explain_cmd", nargs="?", choices=["explain"], help=argparse.SUPPRESS)
+    doctor.add_argument("logfile", nargs="?", help=argparse.SUPPRESS)
+    doctor.set_defaults(func=_doctor)
+
+    bench = sub.add_parser("bench", help="the benchmark report")
+    bench.add_argument("--quick", action="store_true", help="a one-minute smoke version")
+    bench.add_argument("--out", default="bench-results", help="output directory (default bench-results/)")
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "doctor":
+        args.explain = None
+        if args.explain_cmd == "explain":
+            if args.logfile is None:
+                parser.error("doctor explain: expected LOGFILE or - for standard input")
+            args.explain = args.logfile
+        elif args.logfile is not None:
+            parser.error(f"doctor: unexpected argument {args.logfile!r}")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

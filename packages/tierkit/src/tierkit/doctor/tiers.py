@@ -1,0 +1,108 @@
+"""Each tier: installed? version; imports (in a subprocess)? ops and dispatch
+keys; built against the torch now installed?"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import probe
+from .report import Check, fail, ok, warn
+
+
+@dataclass(frozen=True)
+class TierInfo:
+    label: str
+    distribution: str
+    module: str
+    torch: bool = False
+
+
+TIERS = [
+    TierInfo("tier 0 core", "tierkit-core", "tierkit_core"),
+    TierInfo("tier 1 bridge", "tierkit-bridge", "tierkit_bridge"),
+    TierInfo("tier 2 torch-cpu", "tierkit-torch", "tierkit_torch", torch=True),
+    TierInfo("tier 3 torch-cuda", "tierkit-cuda", "tierkit_cuda", torch=True),
+]
+
+OPS = ["custom_add", "scale_shift", "muladd", "mul", "add_out"]
+KEYS = ["CPU", "CUDA", "Meta", "Autograd"]
+
+OPS_PROBE = r"""
+import json, torch, {module}
+ops = {ops!r}
+has = torch._C._dispatch_has_kernel_for_dispatch_key
+keys = {{op: [k for k in {keys!r} if has("tierkit::" + op, k)] for op in ops if torch._C._dispatch_has_kernel("tierkit::" + op) or hasattr(torch.ops.tierkit, op)}}
+print(json.dumps(keys))
+"""
+
+
+def build_info(module: str) -> dict | None:
+    """The `_build_info.py` a torch tier recorded, read without importing the
+    extension (which may be exactly what is broken)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)), "_build_info.py")
+    if not path.exists():
+        return None
+    info = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            info[node.targets[0].id] = ast.literal_eval(node.value)
+    return info
+
+
+def tier_checks(tier: TierInfo, torch_info: dict | None) -> list[Check]:
+    name = tier.label
+    try:
+        version = importlib.metadata.version(tier.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return [warn(name, "not installed", f"pip install packages/{_dir(tier)} (see its README)")]
+    imported = _import(tier.module)  # in a subprocess: a crashing extension is a finding
+    if not imported.ok:
+        return [fail(name, f"{version} installed but `import {tier.module}` failed: {probe.tail(imported.stderr)}",
+                     f"run `tierkit doctor explain` on the error; rebuild with `pip install --no-build-isolation packages/{_dir(tier)}`")]
+    checks = [ok(name, f"{tier.distribution} {version} imports")]
+    if not tier.torch:
+        return checks
+    info = build_info(tier.module)
+    if info and torch_info:
+        if info.get("TORCH_VERSION") != torch_info["version"]:
+            checks.append(fail(f"{name} torch", f"built against torch {info.get('TORCH_VERSION')}, running {torch_info['version']}",
+                               f"rebuild against the installed torch: pip install --no-build-isolation packages/{_dir(tier)} "
+                               "(build isolation installs a second torch to build against)"))
+        else:
+            checks.append(ok(f"{name} torch", f"built against the installed torch {info['TORCH_VERSION']}"))
+        if info.get("CXX11_ABI") != torch_info["abi"]:
+            checks.append(fail(f"{name} ABI", f"built with CXX11 ABI {info.get('CXX11_ABI')}, torch uses {torch_info['abi']}",
+                               "rebuild without overriding -D_GLIBCXX_USE_CXX11_ABI"))
+        else:
+            checks.append(ok(f"{name} ABI", f"CXX11 ABI {info['CXX11_ABI']} (same as torch)"))
+    keys, result = probe.python_json(OPS_PROBE.format(module=tier.module, ops=OPS, keys=KEYS))
+    if keys is None:
+        checks.append(fail(f"{name} ops", probe.tail(result.stderr), "reinstall the tier"))
+    else:
+        summary = ", ".join(f"{op}[{'/'.join(k)}]" for op, k in keys.items())
+        missing = [op for op in OPS if op not in keys]
+        expected_key = "CUDA" if tier.module == "tierkit_cuda" else "CPU"
+        lacking = [op for op, k in keys.items() if expected_key not in k]
+        if missing or lacking:
+            checks.append(fail(f"{name} ops", f"{summary}; missing {missing or lacking} for {expected_key}", "reinstall the tier"))
+        else:
+            checks.append(ok(f"{name} ops", summary))
+    return checks
+
+
+def _import(module: str) -> probe.Result:
+    import sys
+
+    return probe.run([sys.executable, "-c", f"import {module}"], timeout=120)
+
+
+def _dir(tier: TierInfo) -> str:
+    return {"tierkit_core": "cpp-core", "tierkit_bridge": "pybind-bridge", "tierkit_torch": "torch-cpu",
+            "tierkit_cuda": "torch-cuda"}[tier.module]
