@@ -1,13 +1,12 @@
-"""Python-side kernels for the tierkit ops: fake (meta) kernels and autograd.
+"""Python-side kernels for the tierkit ops: the fake (meta) kernels.
 
-Both are registered with ``torch.library`` against the schemas the C++
-library defined. Fake kernels say what a call returns (shape, dtype, device,
-strides) without computing it, which is all ``torch.compile``, ``torch.export``
-and meta tensors need; they apply the same checks as the C++ kernels so a
-bad call fails the same way while tracing. Autograd is registered here rather
-than as a C++ Autograd kernel because the formulas are one line each, compose
-with ``torch.compile`` out of the box, and, being written with the tierkit ops
-themselves (which are differentiable), give double backward for free.
+Registered with ``torch.library.register_fake`` against the schemas the C++
+library defined. A fake kernel says what a call returns (shape, dtype,
+device, strides) without computing it, which is all ``torch.compile``,
+``torch.export`` and meta tensors need. They apply the same checks as the C++
+kernels, with ``torch._check`` so symbolic (dynamic) shapes become guards,
+and a bad call fails the same way while tracing. Autograd is in C++
+(csrc/autograd.cpp), where the no-grad path costs nothing measurable.
 """
 
 from __future__ import annotations
@@ -68,44 +67,8 @@ def _fake_add_out(a, b, out):
     _check_like(op, out, "out", a, "a")
 
 
-# ---- autograd ------------------------------------------------------------------
-
-
-def _save_ab(ctx, inputs, output):
-    a, b = inputs[0], inputs[1]
-    # Each gradient needs only the *other* input: save just what will be used.
-    ctx.save_for_backward(
-        b if ctx.needs_input_grad[0] else None,
-        a if ctx.needs_input_grad[1] else None,
-    )
-
-
-def _backward_product(ctx, grad):
-    b, a = ctx.saved_tensors
-    ops = torch.ops.tierkit
-    grad_a = ops.mul(grad, b) if ctx.needs_input_grad[0] else None
-    grad_b = ops.mul(grad, a) if ctx.needs_input_grad[1] else None
-    return grad_a, grad_b
-
-
-def _backward_add(ctx, grad):
-    return grad, grad
-
-
-def _save_alpha(ctx, inputs, output):
-    ctx.alpha = inputs[1]
-
-
-def _backward_scale_shift(ctx, grad):
-    return torch.ops.tierkit.scale_shift(grad, ctx.alpha, 0.0), None, None
-
-
-def _backward_muladd(ctx, grad):
-    return (*_backward_product(ctx, grad), None)
-
-
 def register() -> None:
-    """Register fake kernels and autograd formulas (once per process)."""
+    """Register the fake kernels (once per process)."""
     global _registered
     if _registered:
         return
@@ -115,9 +78,4 @@ def register() -> None:
     lib.register_fake("tierkit::muladd", _fake_binary("tierkit::muladd"))
     lib.register_fake("tierkit::scale_shift", _fake_scale_shift)
     lib.register_fake("tierkit::add_out", _fake_add_out)
-
-    lib.register_autograd("tierkit::custom_add", _backward_add)
-    lib.register_autograd("tierkit::mul", _backward_product, setup_context=_save_ab)
-    lib.register_autograd("tierkit::muladd", _backward_muladd, setup_context=_save_ab)
-    lib.register_autograd("tierkit::scale_shift", _backward_scale_shift, setup_context=_save_alpha)
     _registered = True
