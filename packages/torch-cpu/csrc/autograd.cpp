@@ -59,7 +59,7 @@ struct CustomAdd : torch::autograd::Function<CustomAdd> {
 struct Mul : torch::autograd::Function<Mul> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     static const auto h = op<Binary>("tierkit::mul");
-    ctx->save_for_backward({a, b});
+    if (ctx) ctx->save_for_backward({a, b});  // null on the no-graph path
     at::AutoDispatchBelowADInplaceOrView below;
     return h.call(a, b);
   }
@@ -69,7 +69,7 @@ struct Mul : torch::autograd::Function<Mul> {
 struct MulAdd : torch::autograd::Function<MulAdd> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, double c) {
     static const auto h = op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("tierkit::muladd");
-    ctx->save_for_backward({a, b});
+    if (ctx) ctx->save_for_backward({a, b});  // null on the no-graph path
     at::AutoDispatchBelowADInplaceOrView below;
     return h.call(a, b, c);
   }
@@ -83,7 +83,7 @@ struct MulAdd : torch::autograd::Function<MulAdd> {
 struct ScaleShift : torch::autograd::Function<ScaleShift> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double alpha, double beta) {
     static const auto h = op<at::Tensor(const at::Tensor&, double, double)>("tierkit::scale_shift");
-    ctx->saved_data["alpha"] = alpha;
+    if (ctx) ctx->saved_data["alpha"] = alpha;
     at::AutoDispatchBelowADInplaceOrView below;
     return h.call(x, alpha, beta);
   }
@@ -107,14 +107,34 @@ void add_out_autograd(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   if (out.defined()) out.unsafeGetTensorImpl()->bump_version();
 }
 
+// No graph to record (grad mode off, or nothing requires grad): skip
+// Function::apply, which allocates a graph node and wraps outputs on every
+// call, and go straight below autograd — as torch's generated kernels do.
+bool needs_graph(const at::Tensor& a, const at::Tensor* b = nullptr) {
+  // (undefined tensors are reported by the kernels' checks, not crashed on here)
+  return c10::GradMode::is_enabled() && ((a.defined() && a.requires_grad()) || (b && b->defined() && b->requires_grad()));
+}
+
+template <typename F, typename... Args>
+at::Tensor below_autograd(const F& forward, Args&&... args) {
+  at::AutoDispatchBelowADInplaceOrView below;
+  return forward(nullptr, std::forward<Args>(args)...);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, Autograd, m) {
-  m.impl("custom_add", [](const at::Tensor& a, const at::Tensor& b) { return CustomAdd::apply(a, b); });
-  m.impl("mul", [](const at::Tensor& a, const at::Tensor& b) { return Mul::apply(a, b); });
-  m.impl("muladd", [](const at::Tensor& a, const at::Tensor& b, double c) { return MulAdd::apply(a, b, c); });
+  m.impl("custom_add", [](const at::Tensor& a, const at::Tensor& b) {
+    return needs_graph(a, &b) ? CustomAdd::apply(a, b) : below_autograd(&CustomAdd::forward, a, b);
+  });
+  m.impl("mul", [](const at::Tensor& a, const at::Tensor& b) {
+    return needs_graph(a, &b) ? Mul::apply(a, b) : below_autograd(&Mul::forward, a, b);
+  });
+  m.impl("muladd", [](const at::Tensor& a, const at::Tensor& b, double c) {
+    return needs_graph(a, &b) ? MulAdd::apply(a, b, c) : below_autograd(&MulAdd::forward, a, b, c);
+  });
   m.impl("scale_shift", [](const at::Tensor& x, double alpha, double beta) {
-    return ScaleShift::apply(x, alpha, beta);
+    return needs_graph(x) ? ScaleShift::apply(x, alpha, beta) : below_autograd(&ScaleShift::forward, x, alpha, beta);
   });
   m.impl("add_out", &add_out_autograd);
 }

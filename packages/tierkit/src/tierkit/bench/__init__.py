@@ -1,0 +1,39 @@
+"""``tierkit bench``: what each tier does and what each boundary costs,
+measured against the machine's own memory bandwidth and the tools a user
+would pick instead. Writes results.json, report.md and PNG plots."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from . import machine, report, targets
+from .sections import SECTIONS, Config, Skip
+
+
+def run(quick: bool, out_dir: str, log=None) -> dict:
+    log = log or (lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
+    cfg = Config(quick=quick, out_dir=out_dir, log=log)
+    results = {"quick": quick, "machine": machine.info(), "sections": {}}
+    for i, (name, section) in enumerate(SECTIONS.items(), 1):
+        log(f"({i}/{len(SECTIONS)}) {name} ...")
+        t0 = time.perf_counter()
+        try:
+            results["sections"][name] = {"rows": section(cfg), "skipped": None}
+        except Skip as why:
+            results["sections"][name] = {"rows": [], "skipped": str(why)}
+            log(f"    skipped: {why}")
+        results["sections"][name]["seconds"] = round(time.perf_counter() - t0, 1)
+        log(f"    done in {results['sections'][name]['seconds']} s")
+    results["targets"] = targets.evaluate(results)
+    return results
+
+
+def main(args) -> int:
+    results = run(args.quick, args.out)
+    paths = report.write(results, args.out)
+    print("\n".join(["wrote:", *paths]))
+    for t in results["targets"]:
+        met = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        print(f"  [{met}] {t['target']}: {t['measured']}")
+    return 0

@@ -1,0 +1,61 @@
+"""Timing that survives a noisy machine: interleaved repetitions.
+
+Memory bandwidth here flips between two levels for tens of seconds at a
+time, so figures are only comparable when measured side by side. Each
+repetition runs every implementation once (in a rotating order), so all of
+them see the same machine state; statistics are taken per implementation
+over repetitions, and ratios are taken within a repetition.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class Samples:
+    seconds: list[float]  # per call, one figure per repetition
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def min(self) -> float:
+        return min(self.seconds)
+
+    @property
+    def max(self) -> float:
+        return max(self.seconds)
+
+
+def per_call(fn: Callable[[], object], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - start) / inner
+
+
+def interleaved(impls: dict[str, Callable[[], object]], reps: int, inner: int = 1, warmup: int = 1) -> dict[str, Samples]:
+    for fn in impls.values():
+        for _ in range(warmup):
+            fn()
+    names = list(impls)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        order = names[rep % len(names):] + names[: rep % len(names)]  # rotate: no fixed position bias
+        for name in order:
+            out[name].append(per_call(impls[name], inner))
+    return {name: Samples(values) for name, values in out.items()}
+
+
+def paired_ratio(a: Samples, b: Samples) -> float:
+    """Median over repetitions of a/b measured in the same repetition."""
+    return statistics.median(x / y for x, y in zip(a.seconds, b.seconds))
+
+
+def inner_for(seconds_per_call_guess: float, budget: float = 0.02) -> int:
+    return max(1, int(budget / max(seconds_per_call_guess, 1e-9)))
