@@ -64,7 +64,7 @@ TIERS: dict[str, Tier] = {
         Tier("torch", "packages/torch-cpu", needs=("core",), requirements=(BASE, TORCH)),
         Tier("cuda", "packages/torch-cuda", needs=("core", "torch"), requirements=(BASE, TORCH)),
         # Pure Python; imports whichever tiers are installed, lazily.
-        Tier("tools", "packages/tierkit", requirements=(BASE, TORCH)),
+        Tier("tools", "packages/tierkit", requirements=(BASE, TORCH, "ci/requirements-bench.txt")),
     ]
 }
 
@@ -343,6 +343,23 @@ def demo(session: nox.Session) -> None:
     )
     session.run("cmake", "--build", str(demo_build), external=True)
     session.run(str(demo_build / "consumer"), external=True)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmark report: builds the tiers in dependency order, runs `tierkit bench`.
+
+    `nox -s bench -- --quick` for the one-minute smoke version; `-- --out DIR`
+    to write somewhere other than bench-results/."""
+    names = ["core", "bridge", "torch", "tools"]
+    if "CUDA_HOME" in BUILD_ENV:
+        names.insert(3, "cuda")
+    python = shared_env(session, *requirements_for(names), "ci/requirements-bench.txt")
+    install_tiers(session, python, names)
+    args = list(session.posargs)
+    if "--out" not in args:
+        args += ["--out", str(ROOT / "bench-results")]
+    session.run(python, "-m", "tierkit", "bench", *args, external=True, env=BUILD_ENV)
 
 
 @nox.session

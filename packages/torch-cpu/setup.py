@@ -23,8 +23,12 @@ import tierkit_core
 HERE = Path(__file__).resolve().parent
 SANITIZE = os.environ.get("TIERKIT_SANITIZE", "")
 
-compile_args = ["-O3", "-fopenmp-simd", "-Wall", "-Wextra", "-Wno-unused-parameter"]
-link_args: list[str] = []
+# -fopenmp: at::parallel_for is an inline template whose OpenMP backend is a
+# `#pragma omp parallel` compiled into *this* library; without the flag it
+# silently runs on one thread (measured: add_out at 1.6e7 took 13.5 ms with
+# 1 or 2 torch threads alike). libgomp.so.1 resolves to the copy torch loads.
+compile_args = ["-O3", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+link_args: list[str] = ["-fopenmp"]
 macros: list[tuple[str, str | None]] = []  # py_limited_api=True makes torch define Py_LIMITED_API (3.10)
 if SANITIZE:
     # vptr checks need RTTI from torch's uninstrumented libraries: false alarms.

@@ -3,9 +3,15 @@
 // pool is busy with another caller, or from inside a pool task, runs inline
 // on its own thread instead of queueing: two Python threads that both
 // released the GIL still run at the same time.
+//
+// Hand-offs spin briefly before sleeping on a condition variable: waking a
+// sleeping thread costs tens of microseconds on a VM (measured: a 1e5-element
+// scale_shift took 50 us through a sleeping pool vs 25 us for torch's
+// spinning OpenMP pool), which is the whole budget of a mid-size call.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -63,14 +69,17 @@ class ThreadPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = Job{&fn, begin, end, want};
-      pending_ = want - 1;
+      pending_.store(want - 1, std::memory_order_relaxed);
       error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     run_part(job_, 0);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
@@ -80,6 +89,19 @@ class ThreadPool {
     std::int64_t begin = 0, end = 0;
     unsigned parts = 0;
   };
+
+  // Polls `ready` for a short while (~tens of microseconds); true if it held.
+  template <typename Pred>
+  static bool spin_until(Pred ready) {
+    for (int i = 0; i < kSpins; ++i) {
+      if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    return ready();
+  }
+  static constexpr int kSpins = 2000;  // ~50-100 us of pause instructions
 
   static bool& in_worker() {
     thread_local bool flag = false;
@@ -103,17 +125,20 @@ class ThreadPool {
     std::uint64_t seen = 0;
     for (;;) {
       Job job;
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        wake_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
         if (stop_) return;
-        seen = generation_;
+        seen = generation_.load(std::memory_order_relaxed);
         job = job_;
       }
       if (index >= job.parts) continue;
       run_part(job, index);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mutex_);  // pairs with the caller's predicate check
+        done_.notify_one();
+      }
     }
   }
 
@@ -122,8 +147,8 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   Job job_;
-  unsigned pending_ = 0;
-  std::uint64_t generation_ = 0;
+  std::atomic<unsigned> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};
   std::exception_ptr error_;
   bool stop_ = false;
 };

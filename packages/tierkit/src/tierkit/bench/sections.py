@@ -92,8 +92,8 @@ def kernels(cfg: Config) -> list[dict]:
     ops = torch.ops.tierkit
     compiled_ss = compiled_add = None
     if not cfg.quick:
-        compiled_ss = torch.compile(lambda x: ALPHA * x + BETA, dynamic=False)
-        compiled_add = torch.compile(lambda x, y: x + y, dynamic=False)
+        compiled_ss = torch.compile(lambda x: ALPHA * x + BETA, dynamic=True)  # one compile for every size
+        compiled_add = torch.compile(lambda x, y: x + y, dynamic=True)
     rows = []
     for n in kernel_sizes(cfg):
         cfg.log(f"kernels: n={n:,}")
