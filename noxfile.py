@@ -206,6 +206,23 @@ for _name in TIERS:
 
 
 
+CROSS_TIERS = ["core", "bridge", "torch"]
+
+
+def cross_tier_tests(session: nox.Session, *pytest_args: str, env: dict | None = None) -> None:
+    python = shared_env(session, *requirements_for(CROSS_TIERS))
+    install_tiers(session, python, CROSS_TIERS)
+    session.run(python, "-m", "pytest", "-q", "-rs", str(ROOT / "tests"), *pytest_args, external=True, env=env)
+
+
+@nox.session(name="tests-cross")
+def tests_cross(session: nox.Session) -> None:
+    """Cross-tier tests (tests/): journeys, properties, bad inputs, soaks.
+
+    `-- --hypothesis-profile=soak` for >= 2000 examples per op."""
+    cross_tier_tests(session, *session.posargs)
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every test that runs on this machine, tier by tier in dependency order.
@@ -215,6 +232,8 @@ def tests(session: nox.Session) -> None:
     for name in TIERS:
         session.log(f"==== tests-{name}")
         test_tier(session, name)
+    session.log("==== tests-cross")
+    cross_tier_tests(session)
 
 
 ASAN_SITE = BUILD_DIR / "asan-site"
@@ -314,6 +333,14 @@ def sanitize(session: nox.Session) -> None:
         session, python, "torch", "import tierkit_torch, torch; torch.ops.tierkit._asan_canary()",
         "--ignore-glob=*test_compile.py", "--ignore-glob=*test_jit.py",
     )
+    # The cross-tier journey and bad-input tests, against both sanitized tiers.
+    shutil.rmtree(ASAN_LOGS, ignore_errors=True)
+    ASAN_LOGS.mkdir(parents=True)
+    session.run(
+        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_journey.py"),
+        str(ROOT / "tests" / "test_bad_inputs.py"), external=True, env=asan_env(python),
+    )
+    check_no_reports(session)
 
 
 @nox.session

@@ -3,6 +3,7 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -16,17 +17,31 @@ namespace tierkit_bridge {
 using tierkit::DType;
 using tierkit::Shape;
 
+namespace {
+PyArray empty_of(const Shape& shape, DType dtype) {
+  PyArray a;
+  a.storage = std::make_shared<tierkit::Buffer>();
+  a.dtype = dtype;
+  a.shape = shape;
+  a.strides = shape.contiguous_strides();
+  return a;
+}
+}  // namespace
+
 PyArray PyArray::empty(const Shape& shape, DType dtype, bool cached) {
-  std::int64_t n = 1;
+  // Sizes are multiplied with overflow checks: a shape whose byte count wraps
+  // around would otherwise allocate a tiny buffer behind a huge shape.
+  std::size_t nbytes = tierkit::dtype_size(dtype);
+  bool overflow = false;
   for (std::int64_t s : shape) {
     tierkit::check(s >= 0, "shape: expected non-negative sizes, got ", shape.str());
-    // Refuse products that overflow before they reach the allocator.
-    if (s != 0 && n > (std::int64_t{1} << 62) / s) {
-      throw tierkit::OutOfMemory(tierkit::detail::concat("shape: ", shape.str(), " is too large to allocate"));
-    }
-    n *= s;
+    if (s == 0) return empty_of(shape, dtype);  // no memory, however large the other sizes
+    overflow = overflow || __builtin_mul_overflow(nbytes, static_cast<std::size_t>(s), &nbytes);
   }
-  const std::size_t nbytes = static_cast<std::size_t>(n) * tierkit::dtype_size(dtype);
+  if (overflow || nbytes > static_cast<std::size_t>(PTRDIFF_MAX)) {
+    throw tierkit::OutOfMemory(
+        tierkit::detail::concat("shape: ", shape.str(), " of ", tierkit::dtype_name(dtype), " is too large to allocate"));
+  }
   PyArray a;
   a.storage = std::make_shared<tierkit::Buffer>(
       cached ? tierkit::default_host_allocator().allocate(nbytes) : tierkit::Buffer(nbytes));

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "tierkit/error.h"
+#include "tierkit/huge_pages.h"
 
 namespace tierkit {
 
@@ -42,6 +43,7 @@ class Buffer {
                                        alignment));
     }
     data_ = make_owned(p, [](void* q) { std::free(q); });
+    advise_huge_pages(p, rounded);  // before anything touches the pages
   }
 
   // Wraps memory this Buffer does not allocate; `deleter(data)` runs when the

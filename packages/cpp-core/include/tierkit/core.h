@@ -6,6 +6,7 @@
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
 #include "tierkit/file.h"
+#include "tierkit/huge_pages.h"
 #include "tierkit/kernels.h"
 #include "tierkit/parallel.h"
 #include "tierkit/scope_guard.h"

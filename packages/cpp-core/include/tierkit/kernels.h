@@ -158,6 +158,7 @@ inline void check_operand(const TensorView& out, const TensorView& in, const cha
 // A zero stride in a dimension of size > 1 makes several elements of `out`
 // one address: writes would race and the result would depend on the order.
 inline void check_writable_layout(const TensorView& out) {
+  if (out.numel() == 0) return;  // nothing is written; numpy gives empty arrays zero strides
   for (int d = 0; d < out.rank(); ++d) {
     check(out.shape()[d] <= 1 || out.strides()[d] != 0, "out: has stride 0 in dimension ", d, " (size ",
           out.shape()[d], "), so several elements share one address; give a tensor with distinct elements");
