@@ -39,7 +39,9 @@ BUILD_ENV = {
     "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0"),
 }
 # The toolkit root, not a wrapper nvcc's directory (see docs/torch-cuda.md).
-_cuda_home = os.environ.get("CUDA_HOME") or ("/usr/local/cuda" if Path("/usr/local/cuda/bin/nvcc").exists() else "")
+_cuda_home = os.environ.get("CUDA_HOME") or (
+    "/usr/local/cuda" if Path("/usr/local/cuda/bin/nvcc").exists() else ""
+)
 if _cuda_home:
     BUILD_ENV["CUDA_HOME"] = _cuda_home
 
@@ -109,7 +111,11 @@ def tier_digest(name: str) -> str:
     root = ROOT / TIERS[name].path
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if path.is_file() and not SKIP_PARTS.intersection(rel.parts) and not rel.parts[0].endswith(".egg-info"):
+        if (
+            path.is_file()
+            and not SKIP_PARTS.intersection(rel.parts)
+            and not rel.parts[0].endswith(".egg-info")
+        ):
             digest.update(str(rel).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
@@ -129,8 +135,17 @@ def install_tiers(session: nox.Session, python: str, names: list[str]) -> None:
             session.log(f"{name}: installed and up to date")
             continue
         session.run(
-            python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--force-reinstall",
-            str(ROOT / TIERS[name].path), external=True, env=BUILD_ENV,
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--force-reinstall",
+            str(ROOT / TIERS[name].path),
+            external=True,
+            env=BUILD_ENV,
         )
         for old in stamps.glob(f"{name}-*"):
             old.unlink()
@@ -152,8 +167,16 @@ def requirements_for(names: list[str]) -> list[str]:
 def ctest_core(session: nox.Session, build_dir: Path, *cmake_args: str, ctest_args=()) -> None:
     core = ROOT / TIERS["core"].path
     session.run(
-        "cmake", "-S", str(core), "-B", str(build_dir), "-G", "Ninja",
-        "-DTIERKIT_CORE_BUILD_TESTS=ON", *cmake_args, external=True,
+        "cmake",
+        "-S",
+        str(core),
+        "-B",
+        str(build_dir),
+        "-G",
+        "Ninja",
+        "-DTIERKIT_CORE_BUILD_TESTS=ON",
+        *cmake_args,
+        external=True,
     )
     session.run("cmake", "--build", str(build_dir), "-j", BUILD_ENV["MAX_JOBS"], external=True)
     session.run("ctest", "--test-dir", str(build_dir), "--output-on-failure", *ctest_args, external=True)
@@ -176,8 +199,15 @@ def pytest_tier(session: nox.Session, name: str) -> None:
     python = shared_env(session, *requirements_for(names))
     install_tiers(session, python, names)
     session.run(
-        python, "-m", "pytest", "-q", "-rs", str(ROOT / TIERS[name].path / "tests"), *session.posargs,
-        external=True, env={**BUILD_ENV, "TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")},
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-rs",
+        str(ROOT / TIERS[name].path / "tests"),
+        *session.posargs,
+        external=True,
+        env={**BUILD_ENV, "TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")},
     )
 
 
@@ -205,14 +235,15 @@ for _name in TIERS:
 # ---- everything else ----------------------------------------------------------
 
 
-
 CROSS_TIERS = ["core", "bridge", "torch"]
 
 
 def cross_tier_tests(session: nox.Session, *pytest_args: str, env: dict | None = None) -> None:
     python = shared_env(session, *requirements_for(CROSS_TIERS))
     install_tiers(session, python, CROSS_TIERS)
-    session.run(python, "-m", "pytest", "-q", "-rs", str(ROOT / "tests"), *pytest_args, external=True, env=env)
+    session.run(
+        python, "-m", "pytest", "-q", "-rs", str(ROOT / "tests"), *pytest_args, external=True, env=env
+    )
 
 
 @nox.session(name="tests-cross")
@@ -272,8 +303,19 @@ def install_sanitized(session: nox.Session, python: str, name: str) -> None:
         "torch": [],  # setup.py reads TIERKIT_SANITIZE
     }[name]
     session.run(
-        python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--upgrade",
-        "--target", str(ASAN_SITE), *settings, str(ROOT / TIERS[name].path), external=True,
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "--upgrade",
+        "--target",
+        str(ASAN_SITE),
+        *settings,
+        str(ROOT / TIERS[name].path),
+        external=True,
         env={**BUILD_ENV, "TIERKIT_SANITIZE": "address,undefined"},
     )
 
@@ -299,14 +341,24 @@ def check_no_reports(session: nox.Session) -> None:
         session.error("sanitizer findings:\n" + "\n".join(p.read_text()[-3000:] for p in reports))
 
 
-def sanitize_python_tier(session: nox.Session, python: str, name: str, canary: str, *pytest_args: str) -> None:
+def sanitize_python_tier(
+    session: nox.Session, python: str, name: str, canary: str, *pytest_args: str
+) -> None:
     install_sanitized(session, python, name)
     check_canary(session, python, canary, "ERROR: AddressSanitizer: heap-buffer-overflow")
     shutil.rmtree(ASAN_LOGS, ignore_errors=True)
     ASAN_LOGS.mkdir(parents=True)
     session.run(
-        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / TIERS[name].path / "tests"),
-        *pytest_args, external=True, env=asan_env(python),
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(ROOT / TIERS[name].path / "tests"),
+        *pytest_args,
+        external=True,
+        env=asan_env(python),
     )
     check_no_reports(session)
 
@@ -315,11 +367,16 @@ def sanitize_python_tier(session: nox.Session, python: str, name: str, canary: s
 def sanitize(session: nox.Session) -> None:
     """ASan+UBSan (and TSan for the threaded parts) over core, then the Python tiers under ASan."""
     ctest_core(
-        session, BUILD_DIR / "core-asan", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+        session,
+        BUILD_DIR / "core-asan",
+        "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
         "-DTIERKIT_SANITIZE=address,undefined",
     )
     ctest_core(
-        session, BUILD_DIR / "core-tsan", "-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DTIERKIT_SANITIZE=thread",
+        session,
+        BUILD_DIR / "core-tsan",
+        "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+        "-DTIERKIT_SANITIZE=thread",
         ctest_args=("-R", "CachingAllocator|ThreadPool|Kernels|canary"),
     )
     python = shared_env(session, *requirements_for(["bridge", "torch"]))
@@ -330,15 +387,27 @@ def sanitize(session: nox.Session) -> None:
     # and cpp_extension's generated builds (uninstrumented), not our code,
     # and would spawn compilers under the ASan preload.
     sanitize_python_tier(
-        session, python, "torch", "import tierkit_torch, torch; torch.ops.tierkit._asan_canary()",
-        "--ignore-glob=*test_compile.py", "--ignore-glob=*test_jit.py",
+        session,
+        python,
+        "torch",
+        "import tierkit_torch, torch; torch.ops.tierkit._asan_canary()",
+        "--ignore-glob=*test_compile.py",
+        "--ignore-glob=*test_jit.py",
     )
     # The cross-tier journey and bad-input tests, against both sanitized tiers.
     shutil.rmtree(ASAN_LOGS, ignore_errors=True)
     ASAN_LOGS.mkdir(parents=True)
     session.run(
-        python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_journey.py"),
-        str(ROOT / "tests" / "test_bad_inputs.py"), external=True, env=asan_env(python),
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        str(ROOT / "tests" / "test_journey.py"),
+        str(ROOT / "tests" / "test_bad_inputs.py"),
+        external=True,
+        env=asan_env(python),
     )
     check_no_reports(session)
 
@@ -350,8 +419,18 @@ def build(session: nox.Session) -> None:
     DIST_DIR.mkdir(exist_ok=True)
     for name in TIERS:
         session.run(
-            python, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(DIST_DIR),
-            str(ROOT / TIERS[name].path), external=True, env=BUILD_ENV,
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(DIST_DIR),
+            str(ROOT / TIERS[name].path),
+            external=True,
+            env=BUILD_ENV,
         )
         install_tiers(session, python, [name])
     session.log("wheels: " + ", ".join(sorted(p.name for p in DIST_DIR.glob("*.whl"))))
@@ -365,8 +444,13 @@ def demo(session: nox.Session) -> None:
     cmake_dir = subprocess.check_output([python, "-m", "tierkit_core", "--cmakedir"], text=True).strip()
     demo_build = BUILD_DIR / "core-demo"
     session.run(
-        "cmake", "-S", str(ROOT / "packages/cpp-core/examples/consumer"), "-B", str(demo_build),
-        f"-Dtierkit_core_DIR={cmake_dir}", external=True,
+        "cmake",
+        "-S",
+        str(ROOT / "packages/cpp-core/examples/consumer"),
+        "-B",
+        str(demo_build),
+        f"-Dtierkit_core_DIR={cmake_dir}",
+        external=True,
     )
     session.run("cmake", "--build", str(demo_build), external=True)
     session.run(str(demo_build / "consumer"), external=True)

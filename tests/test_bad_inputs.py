@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from bad_inputs import all_cases
 
 CASES = all_cases()
@@ -50,10 +49,15 @@ def test_no_case_crashes_the_process():
     so a crash would name the case that caused it."""
     for prefix in ("bridge-", "torch-"):
         ids = [i for i in IDS if i.startswith(prefix)]
-        proc = subprocess.run([sys.executable, "-c", RUNNER.format(here=str(Path(__file__).parent)), *ids],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", RUNNER.format(here=str(Path(__file__).parent)), *ids],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         reported = dict(json.loads(line) for line in proc.stdout.splitlines() if line.startswith("["))
         missing = [i for i in ids if i not in reported]
         assert proc.returncode == 0 and not missing, (
-            f"child exited {proc.returncode}; first case without a report: {missing[:1]}\n{proc.stderr[-2000:]}")
+            f"child exited {proc.returncode}; first case without a report: {missing[:1]}\n{proc.stderr[-2000:]}"
+        )
         assert all(v == "ok" for v in reported.values()), {k: v for k, v in reported.items() if v != "ok"}

@@ -7,10 +7,9 @@ import gc
 
 import numpy as np
 import pytest
-import torch
-
 import tierkit_bridge as tb
 import tierkit_torch
+import torch
 
 N = 4096
 

@@ -8,13 +8,12 @@ in their own type, 16-bit types in float32 rounded once; so every
 comparison is exact (NaNs compare equal to NaNs)."""
 
 import numpy as np
+import tierkit_bridge as tb
+import tierkit_torch  # noqa: F401  (registers torch.ops.tierkit)
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-
-import tierkit_bridge as tb
-import tierkit_torch  # noqa: F401  (registers torch.ops.tierkit)
 
 ARITY = {"add": 2, "mul": 2, "scale_shift": 1, "muladd": 2}
 BUDGET = 6000  # elements per operand, so 200 examples stay fast
@@ -39,8 +38,13 @@ def values(dtype):
 @st.composite
 def laid_out(draw, shape, dtype, writable=False, negative=True):
     """An array of `shape` whose memory layout is drawn too."""
-    layout = draw(st.sampled_from(["contiguous", "strided", "transposed", "broadcast"] if not writable
-                                  else ["contiguous", "strided", "transposed"]))
+    layout = draw(
+        st.sampled_from(
+            ["contiguous", "strided", "transposed", "broadcast"]
+            if not writable
+            else ["contiguous", "strided", "transposed"]
+        )
+    )
     if layout == "transposed" and len(shape) >= 2:
         perm = draw(st.permutations(range(len(shape))))
         base_shape = tuple(shape[p] for p in perm)
@@ -51,8 +55,10 @@ def laid_out(draw, shape, dtype, writable=False, negative=True):
         offsets = [draw(st.integers(0, 1)) for _ in shape]
         base_shape = tuple(s * abs(k) + o for s, k, o in zip(shape, steps, offsets))
         base = draw(hnp.arrays(dtype, base_shape, elements=values(dtype)))
-        index = tuple(slice(o, o + s * k, k) if k > 0 else slice(o + s * -k - 1 if s else None, None, k)
-                      for s, k, o in zip(shape, steps, offsets))
+        index = tuple(
+            slice(o, o + s * k, k) if k > 0 else slice(o + s * -k - 1 if s else None, None, k)
+            for s, k, o in zip(shape, steps, offsets)
+        )
         view = base[index]
         view = view[tuple(slice(0, s) for s in shape)]
         assert view.shape == shape, (view.shape, shape)
@@ -69,9 +75,12 @@ def reference(op, inputs, alpha, beta, c):
     work = np.float32 if dtype == np.float16 else dtype.type
     x = [np.asarray(i, dtype=work) for i in inputs]
     with np.errstate(all="ignore"):
-        r = {"add": lambda: x[0] + x[1], "mul": lambda: x[0] * x[1],
-             "scale_shift": lambda: work(alpha) * x[0] + work(beta),
-             "muladd": lambda: x[0] * x[1] + work(c)}[op]()
+        r = {
+            "add": lambda: x[0] + x[1],
+            "mul": lambda: x[0] * x[1],
+            "scale_shift": lambda: work(alpha) * x[0] + work(beta),
+            "muladd": lambda: x[0] * x[1] + work(c),
+        }[op]()
         return np.asarray(r).astype(dtype)
 
 
@@ -126,8 +135,12 @@ def to_torch(a: np.ndarray, dtype) -> torch.Tensor:
 def torch_reference(op, inputs, alpha, beta, c):
     dtype = inputs[0].dtype
     x = [i if dtype == torch.float64 else i.float() for i in inputs]
-    r = {"custom_add": lambda: x[0] + x[1], "mul": lambda: x[0] * x[1],
-         "scale_shift": lambda: alpha * x[0] + beta, "muladd": lambda: x[0] * x[1] + c}[op]()
+    r = {
+        "custom_add": lambda: x[0] + x[1],
+        "mul": lambda: x[0] * x[1],
+        "scale_shift": lambda: alpha * x[0] + beta,
+        "muladd": lambda: x[0] * x[1] + c,
+    }[op]()
     return r.to(dtype)
 
 
@@ -137,7 +150,9 @@ TORCH_ARITY = {"custom_add": 2, "mul": 2, "scale_shift": 1, "muladd": 2, "add_ou
 def check_torch(data, op, dtype):
     shape = data.draw(shapes())
     np_dtype = np.float64 if dtype == torch.float64 else np.float32
-    inputs = [to_torch(data.draw(laid_out(shape, np_dtype, negative=False)), dtype) for _ in range(TORCH_ARITY[op])]
+    inputs = [
+        to_torch(data.draw(laid_out(shape, np_dtype, negative=False)), dtype) for _ in range(TORCH_ARITY[op])
+    ]
     alpha, beta, c = data.draw(scalars), data.draw(scalars), data.draw(scalars)
     ops = torch.ops.tierkit
     if op == "add_out":
@@ -165,4 +180,3 @@ for _op in TORCH_ARITY:
     for _dtype in TORCH_DTYPES:
         _t = _torch_test(_op, _dtype)
         globals()[_t.__name__] = _t
-

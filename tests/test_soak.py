@@ -6,10 +6,9 @@ import threading
 
 import numpy as np
 import pytest
-import torch
-
 import tierkit_bridge as tb
 import tierkit_torch  # noqa: F401
+import torch
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
@@ -56,12 +55,16 @@ def soak(calls, times):
     return rss() - start
 
 
-@pytest.mark.parametrize(("family", "n", "times"), [
-    ("bridge", 16, 1_000_000),        # small inputs: leaks per call would show
-    ("torch", 16, 200_000),
-    ("bridge", 2 * MiB, 1_000),       # 8 MiB float32 inputs: leaks per buffer would show
-    ("torch", 2 * MiB, 1_000),
-], ids=["bridge-small-1e6", "torch-small-2e5", "bridge-8MiB-1e3", "torch-8MiB-1e3"])
+@pytest.mark.parametrize(
+    ("family", "n", "times"),
+    [
+        ("bridge", 16, 1_000_000),  # small inputs: leaks per call would show
+        ("torch", 16, 200_000),
+        ("bridge", 2 * MiB, 1_000),  # 8 MiB float32 inputs: leaks per buffer would show
+        ("torch", 2 * MiB, 1_000),
+    ],
+    ids=["bridge-small-1e6", "torch-small-2e5", "bridge-8MiB-1e3", "torch-8MiB-1e3"],
+)
 def test_no_leak(family, n, times, record_property):
     calls = bridge_calls(n) if family == "bridge" else torch_calls(n)
     tb.allocator.release_cached()
@@ -96,8 +99,12 @@ def test_thread_soak_exact_results_and_consistent_allocator():
     a.flags.writeable = False
     b.flags.writeable = False
     at, bt = torch.from_numpy(a.copy()), torch.from_numpy(b.copy())
-    expect = {"add": a + b, "mul": a * b, "scale_shift": np.float32(2.0) * a + np.float32(1.0),
-              "muladd": a * b + np.float32(0.5)}
+    expect = {
+        "add": a + b,
+        "mul": a * b,
+        "scale_shift": np.float32(2.0) * a + np.float32(1.0),
+        "muladd": a * b + np.float32(0.5),
+    }
     tb.allocator.release_cached()
     start = tb.allocator.stats()
     errors = []
@@ -115,7 +122,9 @@ def test_thread_soak_exact_results_and_consistent_allocator():
                     ok = np.array_equal(tb.mul(a, b), expect["mul"])
                 elif which == 2:
                     buf = tb.Buffer.empty(10_000, "float32", cached=True)
-                    ok = np.array_equal(np.asarray(tb.scale_shift(a, 2.0, 1.0, out=buf)), expect["scale_shift"])
+                    ok = np.array_equal(
+                        np.asarray(tb.scale_shift(a, 2.0, 1.0, out=buf)), expect["scale_shift"]
+                    )
                 elif which == 3:
                     ok = np.array_equal(tb.muladd(a, b, 0.5, out=out), expect["muladd"])
                 elif which == 4:

@@ -13,12 +13,11 @@ import os
 import shutil
 from pathlib import Path
 
+import tierkit_core
 import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from torch.utils.cpp_extension import BuildExtension, CppExtension
-
-import tierkit_core
 
 HERE = Path(__file__).resolve().parent
 SANITIZE = os.environ.get("TIERKIT_SANITIZE", "")

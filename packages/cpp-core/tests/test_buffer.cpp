@@ -116,7 +116,9 @@ TEST(Buffer, WrapRunsDeleterExactlyOnce) {
 
 TEST(Buffer, WrapWithoutDeleterIsNonOwning) {
   int x[4] = {1, 2, 3, 4};
-  { Buffer b = Buffer::wrap(x, sizeof x, nullptr); }
+  {
+    Buffer b = Buffer::wrap(x, sizeof x, nullptr);
+  }
   EXPECT_EQ(x[3], 4);  // still ours, nothing freed
 }
 

@@ -60,7 +60,9 @@ TEST(CachingAllocator, StatsAndReuse) {
 
 TEST(CachingAllocator, DifferentClassMisses) {
   CachingHostAllocator alloc;
-  { Buffer b = alloc.allocate(1000); }
+  {
+    Buffer b = alloc.allocate(1000);
+  }
   Buffer c = alloc.allocate(5000);
   EXPECT_EQ(alloc.stats().cache_misses, 2u);
   EXPECT_EQ(alloc.stats().bytes_cached, 1024u);
@@ -79,7 +81,9 @@ TEST(CachingAllocator, PeakTracksHighWaterMark) {
 
 TEST(CachingAllocator, ReleaseCachedEmptiesFreeLists) {
   CachingHostAllocator alloc;
-  { Buffer b = alloc.allocate(2 << 20); }
+  {
+    Buffer b = alloc.allocate(2 << 20);
+  }
   EXPECT_EQ(alloc.stats().bytes_cached, 2u << 20);
   alloc.release_cached();
   EXPECT_EQ(alloc.stats().bytes_cached, 0u);

@@ -18,8 +18,8 @@ TEST(DType, SizesAndNames) {
   EXPECT_EQ(tierkit::dtype_size(DType::BFloat16), 2u);
   EXPECT_EQ(tierkit::dtype_size(DType::Int32), 4u);
   EXPECT_EQ(tierkit::dtype_size(DType::Int64), 8u);
-  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32,
-                  DType::Int64}) {
+  for (DType t :
+       {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64}) {
     EXPECT_EQ(tierkit::dtype_from_name(tierkit::dtype_name(t)), t);
   }
   EXPECT_TRUE(tierkit::is_floating(DType::BFloat16));
@@ -92,8 +92,8 @@ TEST(Half, MatchesExhaustiveNearest) {
     }
     return static_cast<std::uint16_t>(best | (std::signbit(f) ? 0x8000 : 0));
   };
-  for (float f : {0.1f, 0.3333333f, 3.14159f, -2.71828f, 1000.7f, 1e-5f, 6.1e-5f, 3e-7f, 12345.6f,
-                  -0.00042f}) {
+  for (float f :
+       {0.1f, 0.3333333f, 3.14159f, -2.71828f, 1000.7f, 1e-5f, 6.1e-5f, 3e-7f, 12345.6f, -0.00042f}) {
     EXPECT_EQ(Half::from_float(f), nearest(f)) << f;
   }
 }

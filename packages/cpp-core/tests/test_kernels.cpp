@@ -143,8 +143,7 @@ TEST(Kernels, LargeStridedUsesEveryElement) {
   auto o = TensorView::contiguous(out.data(), rows * cols, DType::Float32, {cols, rows});
   k::scale_shift(xt, -2.0, 3.0, o);
   for (std::int64_t i = 0; i < cols; ++i)
-    for (std::int64_t j = 0; j < rows; ++j)
-      ASSERT_EQ(out[i * rows + j], -2.0f * buf[j * cols + i] + 3.0f);
+    for (std::int64_t j = 0; j < rows; ++j) ASSERT_EQ(out[i * rows + j], -2.0f * buf[j * cols + i] + 3.0f);
 }
 
 TEST(Kernels, ZeroDimViews) {

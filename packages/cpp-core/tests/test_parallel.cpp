@@ -36,8 +36,7 @@ TEST(ThreadPool, UsesSeveralThreads) {
 TEST(ThreadPool, MaxThreadsOneRunsInline) {
   ThreadPool pool(3);
   std::thread::id seen;
-  pool.parallel_for(0, 100, 1, [&](std::int64_t, std::int64_t) { seen = std::this_thread::get_id(); },
-                    1);
+  pool.parallel_for(0, 100, 1, [&](std::int64_t, std::int64_t) { seen = std::this_thread::get_id(); }, 1);
   EXPECT_EQ(seen, std::this_thread::get_id());
 }
 

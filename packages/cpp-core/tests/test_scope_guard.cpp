@@ -6,7 +6,9 @@
 
 TEST(ScopeGuard, RunsOnScopeExit) {
   int runs = 0;
-  { auto g = tierkit::on_exit([&] { ++runs; }); }
+  {
+    auto g = tierkit::on_exit([&] { ++runs; });
+  }
   EXPECT_EQ(runs, 1);
 }
 

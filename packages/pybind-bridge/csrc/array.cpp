@@ -39,12 +39,12 @@ PyArray PyArray::empty(const Shape& shape, DType dtype, bool cached) {
     overflow = overflow || __builtin_mul_overflow(nbytes, static_cast<std::size_t>(s), &nbytes);
   }
   if (overflow || nbytes > static_cast<std::size_t>(PTRDIFF_MAX)) {
-    throw tierkit::OutOfMemory(
-        tierkit::detail::concat("shape: ", shape.str(), " of ", tierkit::dtype_name(dtype), " is too large to allocate"));
+    throw tierkit::OutOfMemory(tierkit::detail::concat(
+        "shape: ", shape.str(), " of ", tierkit::dtype_name(dtype), " is too large to allocate"));
   }
   PyArray a;
-  a.storage = std::make_shared<tierkit::Buffer>(
-      cached ? tierkit::default_host_allocator().allocate(nbytes) : tierkit::Buffer(nbytes));
+  a.storage = std::make_shared<tierkit::Buffer>(cached ? tierkit::default_host_allocator().allocate(nbytes)
+                                                       : tierkit::Buffer(nbytes));
   a.dtype = dtype;
   a.shape = shape;
   a.strides = shape.contiguous_strides();
@@ -79,9 +79,11 @@ Shape parse_shape(const py::handle& obj, const char* name) {
                            py::repr(item).cast<std::string>());
     }
     const auto v = item.cast<std::int64_t>();
-    if (v < 0) throw py::value_error(std::string(name) + ": expected non-negative sizes, got " + std::to_string(v));
+    if (v < 0)
+      throw py::value_error(std::string(name) + ": expected non-negative sizes, got " + std::to_string(v));
     if (shape.rank() == tierkit::kMaxRank) {
-      throw py::value_error(std::string(name) + ": expected at most " + std::to_string(tierkit::kMaxRank) + " dimensions");
+      throw py::value_error(std::string(name) + ": expected at most " + std::to_string(tierkit::kMaxRank) +
+                            " dimensions");
     }
     shape.push_back(v);
   };
@@ -179,7 +181,8 @@ void capsule_destructor(PyObject* capsule, const char* live_name) {
 py::object to_dlpack(const PyArray& a, const py::object& stream, const py::object& max_version,
                      const py::object& dl_device, const py::object& copy) {
   if (!stream.is_none()) {
-    throw py::value_error("stream: expected None for a CPU buffer, got " + py::repr(stream).cast<std::string>());
+    throw py::value_error("stream: expected None for a CPU buffer, got " +
+                          py::repr(stream).cast<std::string>());
   }
   if (!dl_device.is_none()) {
     const auto dev = dl_device.cast<std::pair<int, int>>();
@@ -226,9 +229,8 @@ py::object to_dlpack(const PyArray& a, const py::object& stream, const py::objec
     return py::reinterpret_steal<py::object>(cap);
   }
   auto* m = make_managed<DLManagedTensor>(src);
-  PyObject* cap = PyCapsule_New(m, dlpack::kCapsule, [](PyObject* c) {
-    capsule_destructor<DLManagedTensor>(c, dlpack::kCapsule);
-  });
+  PyObject* cap = PyCapsule_New(
+      m, dlpack::kCapsule, [](PyObject* c) { capsule_destructor<DLManagedTensor>(c, dlpack::kCapsule); });
   if (!cap) {
     m->deleter(m);
     throw py::error_already_set();
@@ -259,7 +261,8 @@ Every such view keeps the memory alive, so deleting the Buffer first is safe.
                               "alignment: the caching allocator gives ",
                               tierkit::default_host_allocator().alignment(), "-byte alignment, asked for ",
                               alignment);
-               a.storage = std::make_shared<tierkit::Buffer>(tierkit::default_host_allocator().allocate(nbytes));
+               a.storage =
+                   std::make_shared<tierkit::Buffer>(tierkit::default_host_allocator().allocate(nbytes));
              } else {
                a.storage = std::make_shared<tierkit::Buffer>(nbytes, alignment);
              }
@@ -296,7 +299,9 @@ Every such view keeps the memory alive, so deleting the Buffer first is safe.
               switch (t) {
                 case DType::Float32: *static_cast<float*>(p) = static_cast<float>(x); break;
                 case DType::Float64: *static_cast<double*>(p) = x; break;
-                case DType::Float16: *static_cast<tierkit::Half*>(p) = tierkit::Half(static_cast<float>(x)); break;
+                case DType::Float16:
+                  *static_cast<tierkit::Half*>(p) = tierkit::Half(static_cast<float>(x));
+                  break;
                 case DType::BFloat16:
                   *static_cast<tierkit::BFloat16*>(p) = tierkit::BFloat16(static_cast<float>(x));
                   break;
@@ -307,23 +312,27 @@ Every such view keeps the memory alive, so deleting the Buffer first is safe.
             }
             return a;
           },
-          py::arg("values"), py::arg("dtype") = "float32", "A 1-d buffer holding ``values`` converted to ``dtype``.")
+          py::arg("values"), py::arg("dtype") = "float32",
+          "A 1-d buffer holding ``values`` converted to ``dtype``.")
       .def_buffer([](PyArray& a) { return buffer_info_of(a); })
       .def(
           "__dlpack__",
-          [](const PyArray& a, const py::object& stream, const py::object& max_version, const py::object& dl_device,
+          [](const PyArray& a, const py::object& stream, const py::object& max_version,
+             const py::object& dl_device,
              const py::object& copy) { return to_dlpack(a, stream, max_version, dl_device, copy); },
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
           "A DLPack capsule sharing this memory (versioned when ``max_version >= (1, 0)``).")
-      .def("__dlpack_device__", [](const PyArray&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); },
-           "``(1, 0)``: CPU memory.")
+      .def(
+          "__dlpack_device__", [](const PyArray&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); },
+          "``(1, 0)``: CPU memory.")
       .def_property_readonly("shape", [](const PyArray& a) { return to_tuple(a.shape); })
       .def_property_readonly(
           "strides",
           [](const PyArray& a) {
             py::tuple t(a.strides.rank());
-            for (int i = 0; i < a.strides.rank(); ++i) t[i] = a.strides[i] * static_cast<std::int64_t>(a.itemsize());
+            for (int i = 0; i < a.strides.rank(); ++i)
+              t[i] = a.strides[i] * static_cast<std::int64_t>(a.itemsize());
             return t;
           },
           "Strides in bytes, as numpy reports them.")
@@ -331,17 +340,22 @@ Every such view keeps the memory alive, so deleting the Buffer first is safe.
       .def_property_readonly("itemsize", &PyArray::itemsize)
       .def_property_readonly("ndim", [](const PyArray& a) { return a.shape.rank(); })
       .def_property_readonly("size", [](const PyArray& a) { return a.shape.numel(); })
-      .def_property_readonly("nbytes", [](const PyArray& a) { return a.shape.numel() * static_cast<std::int64_t>(a.itemsize()); })
+      .def_property_readonly(
+          "nbytes",
+          [](const PyArray& a) { return a.shape.numel() * static_cast<std::int64_t>(a.itemsize()); })
       .def_property_readonly("alignment", [](const PyArray& a) { return a.storage->alignment(); })
       .def_property_readonly("readonly", [](const PyArray& a) { return a.readonly; })
-      .def_property_readonly("cached", [](const PyArray& a) { return a.from_cache; },
-                             "True if the memory came from the caching allocator.")
-      .def_property_readonly("data_ptr", [](const PyArray& a) { return reinterpret_cast<std::uintptr_t>(a.data()); },
-                             "Address of the first element.")
-      .def("__len__", [](const PyArray& a) {
-        if (a.shape.rank() == 0) throw py::type_error("len() of a 0-d Buffer");
-        return a.shape[0];
-      })
+      .def_property_readonly(
+          "cached", [](const PyArray& a) { return a.from_cache; },
+          "True if the memory came from the caching allocator.")
+      .def_property_readonly(
+          "data_ptr", [](const PyArray& a) { return reinterpret_cast<std::uintptr_t>(a.data()); },
+          "Address of the first element.")
+      .def("__len__",
+           [](const PyArray& a) {
+             if (a.shape.rank() == 0) throw py::type_error("len() of a 0-d Buffer");
+             return a.shape[0];
+           })
       .def("__repr__", [](const PyArray& a) {
         return "tierkit_bridge.Buffer(shape=" + a.shape.str() + ", dtype=" + a.dtype_name() + ")";
       });

@@ -32,12 +32,10 @@ struct PyArray {
   void* data() const {
     return static_cast<char*>(storage->data()) + offset * static_cast<std::int64_t>(itemsize());
   }
-  std::int64_t capacity() const {
-    return static_cast<std::int64_t>(storage->size() / itemsize());
-  }
+  std::int64_t capacity() const { return static_cast<std::int64_t>(storage->size() / itemsize()); }
   tierkit::TensorView view() const {
-    return tierkit::TensorView(storage->data(), capacity(), dtype.value_or(tierkit::DType::Float32),
-                               shape, strides, offset);
+    return tierkit::TensorView(storage->data(), capacity(), dtype.value_or(tierkit::DType::Float32), shape,
+                               strides, offset);
   }
 
   // A fresh C-contiguous array; `cached` takes the memory from core's

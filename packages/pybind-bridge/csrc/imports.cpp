@@ -108,8 +108,8 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
   }
   const auto item = static_cast<std::int64_t>(tierkit::dtype_size(dtype));
   ArrayArg arg;
-  arg.view_ = tierkit::TensorView(static_cast<char*>(first) + lo * item, empty ? 0 : hi - lo + 1, dtype, shape,
-                                  strides, -lo);
+  arg.view_ = tierkit::TensorView(static_cast<char*>(first) + lo * item, empty ? 0 : hi - lo + 1, dtype,
+                                  shape, strides, -lo);
   arg.keepalive_ = std::move(keep);
   arg.readonly_ = readonly;
   return arg;
@@ -118,7 +118,8 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
 ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) {
   auto refuse_readonly = [&](bool readonly) {
     if (writable && readonly) {
-      throw py::value_error(std::string(name) + ": expected a writable array, got a read-only " + type_name(obj));
+      throw py::value_error(std::string(name) + ": expected a writable array, got a read-only " +
+                            type_name(obj));
     }
   };
 
@@ -126,7 +127,8 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
   if (py::isinstance<PyArray>(obj)) {
     const auto& a = obj.cast<const PyArray&>();
     if (!a.dtype) {
-      throw py::type_error(std::string(name) + ": a raw byte Buffer has no element type; create it with "
+      throw py::type_error(std::string(name) +
+                           ": a raw byte Buffer has no element type; create it with "
                            "Buffer.empty(shape, dtype)");
     }
     refuse_readonly(a.readonly);
@@ -163,7 +165,8 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
     for (int i = 0; i < raw->ndim; ++i) {
       if (raw->strides[i] % raw->itemsize != 0) {
         throw py::value_error(std::string(name) + ": strides must be multiples of the item size (" +
-                              std::to_string(raw->itemsize) + " bytes), got " + std::to_string(raw->strides[i]));
+                              std::to_string(raw->itemsize) + " bytes), got " +
+                              std::to_string(raw->strides[i]));
       }
       shape.push_back(raw->shape[i]);
       strides.push_back(raw->strides[i] / raw->itemsize);
@@ -177,14 +180,15 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
       const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
       if (dev.first != kDLCPU && dev.first != kDLCUDAHost) {
         throw py::value_error(std::string(name) + ": expected CPU memory, got DLPack device (" +
-                              std::to_string(dev.first) + ", " + std::to_string(dev.second) + ") = " +
-                              device_name(dev.first) + ":" + std::to_string(dev.second) +
+                              std::to_string(dev.first) + ", " + std::to_string(dev.second) +
+                              ") = " + device_name(dev.first) + ":" + std::to_string(dev.second) +
                               "; move it to the CPU first (e.g. tensor.cpu())");
       }
     }
     py::object capsule;
     try {
-      capsule = obj.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(dlpack::kMajor, dlpack::kMinor));
+      capsule =
+          obj.attr("__dlpack__")(py::arg("max_version") = py::make_tuple(dlpack::kMajor, dlpack::kMinor));
     } catch (py::error_already_set& e) {
       if (!e.matches(PyExc_TypeError)) throw py::value_error(std::string(name) + ": " + e.what());
       capsule = obj.attr("__dlpack__")();  // a producer older than DLPack 1.0
@@ -226,8 +230,10 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
                             " dimensions, got " + std::to_string(t->ndim));
     }
     Shape shape = Shape::from_range(t->shape, t->shape + t->ndim);
-    Shape strides = t->strides ? Shape::from_range(t->strides, t->strides + t->ndim) : shape.contiguous_strides();
-    return from_raw(static_cast<char*>(t->data) + t->byte_offset, dtype, shape, strides, std::move(keep), readonly);
+    Shape strides =
+        t->strides ? Shape::from_range(t->strides, t->strides + t->ndim) : shape.contiguous_strides();
+    return from_raw(static_cast<char*>(t->data) + t->byte_offset, dtype, shape, strides, std::move(keep),
+                    readonly);
   }
 
   throw py::type_error(std::string(name) + ": expected an array (buffer protocol or __dlpack__), got " +
@@ -239,11 +245,12 @@ PyArray ArrayArg::share() const {
   const auto item = tierkit::dtype_size(view_.dtype());
   // Capacity covers exactly the elements the view can reach.
   std::int64_t hi = view_.offset();
-  for (int i = 0; i < view_.rank(); ++i) hi += std::max<std::int64_t>(0, (view_.shape()[i] - 1) * view_.strides()[i]);
+  for (int i = 0; i < view_.rank(); ++i)
+    hi += std::max<std::int64_t>(0, (view_.shape()[i] - 1) * view_.strides()[i]);
   const std::size_t nbytes = view_.numel() == 0 ? 0 : static_cast<std::size_t>(hi + 1) * item;
   std::shared_ptr<void> keep = keepalive_;
-  a.storage = std::make_shared<tierkit::Buffer>(
-      tierkit::Buffer::wrap(nbytes ? view_.base() : nullptr, nbytes, [keep](void*) mutable { keep.reset(); }));
+  a.storage = std::make_shared<tierkit::Buffer>(tierkit::Buffer::wrap(
+      nbytes ? view_.base() : nullptr, nbytes, [keep](void*) mutable { keep.reset(); }));
   a.dtype = view_.dtype();
   a.shape = view_.shape();
   a.strides = view_.strides();

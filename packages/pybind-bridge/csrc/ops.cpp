@@ -32,12 +32,13 @@ void require_like(const ArrayArg& arg, const char* name, const ArrayArg& ref, co
   const auto& v = arg.view();
   const auto& r = ref.view();
   if (v.dtype() != r.dtype()) {
-    throw py::type_error(std::string(name) + ": expected dtype " + std::string(tierkit::dtype_name(r.dtype())) +
-                         " (same as " + ref_name + "), got " + std::string(tierkit::dtype_name(v.dtype())));
+    throw py::type_error(std::string(name) + ": expected dtype " +
+                         std::string(tierkit::dtype_name(r.dtype())) + " (same as " + ref_name + "), got " +
+                         std::string(tierkit::dtype_name(v.dtype())));
   }
   if (v.shape() != r.shape()) {
-    throw py::value_error(std::string(name) + ": expected shape " + r.shape().str() + " (same as " + ref_name +
-                          "), got " + v.shape().str());
+    throw py::value_error(std::string(name) + ": expected shape " + r.shape().str() + " (same as " +
+                          ref_name + "), got " + v.shape().str());
   }
 }
 
@@ -124,16 +125,15 @@ void bind_ops(py::module_& m) {
       "object converted per element each way. Kept to measure the boundary cost.");
 
   m.def(
-      "as_buffer", [](const py::object& obj) { return ArrayArg::from(obj, "obj", false).share(); }, py::arg("obj"),
+      "as_buffer", [](const py::object& obj) { return ArrayArg::from(obj, "obj", false).share(); },
+      py::arg("obj"),
       "A Buffer sharing ``obj``'s memory (buffer protocol or DLPack), keeping ``obj`` alive.");
 
   m.def(
-      "set_num_threads",
-      [](unsigned n) { g_max_threads.store(n); },
-      py::arg("n"), "Threads the kernels may use (0: every pool thread, 1: the calling thread only).");
+      "set_num_threads", [](unsigned n) { g_max_threads.store(n); }, py::arg("n"),
+      "Threads the kernels may use (0: every pool thread, 1: the calling thread only).");
   m.def("get_num_threads", [] { return g_max_threads.load(); });
-  m.def(
-      "_noop", [] {}, "Does nothing: measures the bare cost of a bound call.");
+  m.def("_noop", [] {}, "Does nothing: measures the bare cost of a bound call.");
 }
 
 void set_output_caching(bool enabled) { g_use_cache.store(enabled); }

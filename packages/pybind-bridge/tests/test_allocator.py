@@ -4,7 +4,15 @@ import gc
 
 import tierkit_bridge as tb
 
-KEYS = {"bytes_in_use", "bytes_cached", "peak_bytes_in_use", "allocations", "frees", "cache_hits", "cache_misses"}
+KEYS = {
+    "bytes_in_use",
+    "bytes_cached",
+    "peak_bytes_in_use",
+    "allocations",
+    "frees",
+    "cache_hits",
+    "cache_misses",
+}
 
 
 def test_stats_is_a_dict_of_counters():

@@ -4,7 +4,6 @@ import gc
 
 import numpy as np
 import pytest
-
 import tierkit_bridge as tb
 
 try:
@@ -57,8 +56,13 @@ def test_impossible_allocation_is_memory_error():
 
 @pytest.mark.parametrize(
     ("dtype", "fmt", "np_dtype"),
-    [("float32", "f", np.float32), ("float64", "d", np.float64), ("float16", "e", np.float16),
-     ("int32", "i", np.int32), ("int64", "q", np.int64)],
+    [
+        ("float32", "f", np.float32),
+        ("float64", "d", np.float64),
+        ("float16", "e", np.float16),
+        ("int32", "i", np.int32),
+        ("int64", "q", np.int64),
+    ],
 )
 def test_empty_exports_shape_strides_format(dtype, fmt, np_dtype):
     b = tb.Buffer.empty((2, 3, 4), dtype)

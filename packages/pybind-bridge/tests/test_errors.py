@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 import tierkit_bridge as tb
 
 try:
@@ -32,32 +31,82 @@ def read_only(a):
 
 CASES = [
     # (id, call, exception, message regex)
-    ("int dtype", lambda: tb.add(F32.astype(np.int64), F32), TypeError,
-     "a: expected dtype float32, float64, float16 or bfloat16, got int64"),
-    ("int8 format", lambda: tb.scale_shift(np.zeros(3, np.int8), 1, 1), TypeError,
-     "x: unsupported element type \\(buffer format 'b'\\)"),
+    (
+        "int dtype",
+        lambda: tb.add(F32.astype(np.int64), F32),
+        TypeError,
+        "a: expected dtype float32, float64, float16 or bfloat16, got int64",
+    ),
+    (
+        "int8 format",
+        lambda: tb.scale_shift(np.zeros(3, np.int8), 1, 1),
+        TypeError,
+        "x: unsupported element type \\(buffer format 'b'\\)",
+    ),
     ("complex", lambda: tb.add(F32, np.zeros(6, np.complex64)), TypeError, "b: unsupported element type"),
-    ("dtype mismatch", lambda: tb.add(F32, F32.astype(np.float64)), TypeError,
-     "b: expected dtype float32 \\(same as a\\), got float64"),
-    ("shape mismatch", lambda: tb.muladd(F32.reshape(2, 3), F32.reshape(3, 2), 1.0), ValueError,
-     "b: expected shape \\(2, 3\\) \\(same as a\\), got \\(3, 2\\)"),
-    ("out shape", lambda: tb.add(F32, F32, out=np.empty(5, np.float32)), ValueError,
-     "out: expected shape \\(6,\\) \\(same as a\\), got \\(5,\\)"),
-    ("out dtype", lambda: tb.add(F32, F32, out=np.empty(6)), TypeError,
-     "out: expected dtype float32 \\(same as a\\), got float64"),
-    ("read-only out", lambda: tb.add(F32, F32, out=read_only(F32)), ValueError,
-     "out: expected a writable array, got a read-only ndarray"),
-    ("read-only bytes out", lambda: tb.scale_shift(F32, 1, 1, out=memoryview(F32.tobytes()).cast("f")),
-     ValueError, "out: expected a writable array"),
-    ("big-endian", lambda: tb.add(F32, F32.astype(">f4")), ValueError,
-     "b: expected native byte order, got format '>f'"),
-    ("non-cpu dlpack", lambda: tb.add(FakeCudaArray(), F32), ValueError,
-     "a: expected CPU memory, got DLPack device \\(2, 0\\) = cuda:0"),
+    (
+        "dtype mismatch",
+        lambda: tb.add(F32, F32.astype(np.float64)),
+        TypeError,
+        "b: expected dtype float32 \\(same as a\\), got float64",
+    ),
+    (
+        "shape mismatch",
+        lambda: tb.muladd(F32.reshape(2, 3), F32.reshape(3, 2), 1.0),
+        ValueError,
+        "b: expected shape \\(2, 3\\) \\(same as a\\), got \\(3, 2\\)",
+    ),
+    (
+        "out shape",
+        lambda: tb.add(F32, F32, out=np.empty(5, np.float32)),
+        ValueError,
+        "out: expected shape \\(6,\\) \\(same as a\\), got \\(5,\\)",
+    ),
+    (
+        "out dtype",
+        lambda: tb.add(F32, F32, out=np.empty(6)),
+        TypeError,
+        "out: expected dtype float32 \\(same as a\\), got float64",
+    ),
+    (
+        "read-only out",
+        lambda: tb.add(F32, F32, out=read_only(F32)),
+        ValueError,
+        "out: expected a writable array, got a read-only ndarray",
+    ),
+    (
+        "read-only bytes out",
+        lambda: tb.scale_shift(F32, 1, 1, out=memoryview(F32.tobytes()).cast("f")),
+        ValueError,
+        "out: expected a writable array",
+    ),
+    (
+        "big-endian",
+        lambda: tb.add(F32, F32.astype(">f4")),
+        ValueError,
+        "b: expected native byte order, got format '>f'",
+    ),
+    (
+        "non-cpu dlpack",
+        lambda: tb.add(FakeCudaArray(), F32),
+        ValueError,
+        "a: expected CPU memory, got DLPack device \\(2, 0\\) = cuda:0",
+    ),
     ("partial overlap", lambda: _overlap(), ValueError, "out: overlaps input 'x'"),
-    ("None", lambda: tb.add(None, F32), TypeError, "a: expected an array \\(buffer protocol or __dlpack__\\), got NoneType"),
+    (
+        "None",
+        lambda: tb.add(None, F32),
+        TypeError,
+        "a: expected an array \\(buffer protocol or __dlpack__\\), got NoneType",
+    ),
     ("list", lambda: tb.add(F32, [1.0] * 6), TypeError, "b: expected an array .*got list"),
     ("python scalar", lambda: tb.scale_shift(2.0, 1, 1), TypeError, "x: expected an array .*got float"),
-    ("raw byte buffer", lambda: tb.add(tb.Buffer(8), tb.Buffer(8)), TypeError, "a: a raw byte Buffer has no element type"),
+    (
+        "raw byte buffer",
+        lambda: tb.add(tb.Buffer(8), tb.Buffer(8)),
+        TypeError,
+        "a: a raw byte Buffer has no element type",
+    ),
     ("bad strides", lambda: _odd_strides(), ValueError, "a: strides must be multiples of the item size"),
     ("alpha not a number", lambda: tb.scale_shift(F32, "2", 1), TypeError, "incompatible function arguments"),
 ]

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 import tierkit_bridge as tb
 
 try:

@@ -17,8 +17,12 @@ def quick_run(tmp_path_factory):
     for module in NEEDS:
         pytest.importorskip(module)
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, "-m", "tierkit", "bench", "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tierkit", "bench", "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc
 

@@ -7,12 +7,17 @@ import sys
 import time
 
 import pytest
-
 from tierkit.doctor import jit_cache, tiers, toolchain, torch_cuda
 from tierkit.doctor.report import Status, exit_code
 
-TORCH_13 = {"version": "2.14.1+cu130", "file": "/x/torch/__init__.py", "cuda": "13.0", "available": False,
-            "abi": True, "capabilities": []}
+TORCH_13 = {
+    "version": "2.14.1+cu130",
+    "file": "/x/torch/__init__.py",
+    "cuda": "13.0",
+    "available": False,
+    "abi": True,
+    "capabilities": [],
+}
 
 
 def by_name(checks):
@@ -42,7 +47,10 @@ def test_no_compiler_is_a_fail(monkeypatch, tmp_path):
 
 
 def test_compiler_without_cxx17_is_a_fail(fake_bin, monkeypatch):
-    fake = fake_bin("old-g++", "echo 'old-g++ 4.8'; case \"$1\" in --version) exit 0;; *) echo 'error: unrecognized -std=c++17' >&2; exit 1;; esac")
+    fake = fake_bin(
+        "old-g++",
+        "echo 'old-g++ 4.8'; case \"$1\" in --version) exit 0;; *) echo 'error: unrecognized -std=c++17' >&2; exit 1;; esac",
+    )
     monkeypatch.setenv("CXX", str(fake))
     checks = by_name(toolchain.compiler_checks())
     assert checks["c++ compiler"].status == Status.OK
@@ -104,7 +112,7 @@ def test_nvcc_vs_torch_rule(toolkit, torch_cuda_version, status, fake_toolkit, m
 def test_wrapper_nvcc_on_path_is_flagged(fake_bin, monkeypatch):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    fake_bin("nvcc", "exec /nonexistent/nvcc \"$@\"")
+    fake_bin("nvcc", 'exec /nonexistent/nvcc "$@"')
     checks = torch_cuda.cuda_checks(TORCH_13)
     wrapper = by_name(checks)["nvcc on PATH"]
     assert wrapper.status == Status.WARN and "CUDA_HOME=/usr/local/cuda" in wrapper.fix
@@ -118,7 +126,9 @@ def test_cuda_home_without_nvcc_fails_for_a_cuda_torch(tmp_path, monkeypatch):
     assert cpu["CUDA_HOME"].status == Status.WARN
 
 
-@pytest.mark.parametrize(("arch_list", "status"), [("9.0", Status.FAIL), ("8.0;9.0", Status.OK), ("8.0+PTX", Status.OK)])
+@pytest.mark.parametrize(
+    ("arch_list", "status"), [("9.0", Status.FAIL), ("8.0;9.0", Status.OK), ("8.0+PTX", Status.OK)]
+)
 def test_arch_list_vs_visible_gpus(arch_list, status, fake_toolkit, monkeypatch):
     monkeypatch.setenv("CUDA_HOME", str(fake_toolkit("13.0")))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch_list)
@@ -163,9 +173,14 @@ def test_installed_core_imports():
 def test_torch_tier_built_against_another_torch_fails(monkeypatch):
     pytest.importorskip("tierkit_torch")
     info, _ = torch_cuda.torch_info()
-    monkeypatch.setattr(tiers, "build_info", lambda module: {"TORCH_VERSION": "2.0.0", "CXX11_ABI": not info["abi"]})
+    monkeypatch.setattr(
+        tiers, "build_info", lambda module: {"TORCH_VERSION": "2.0.0", "CXX11_ABI": not info["abi"]}
+    )
     checks = by_name(tiers.tier_checks(tiers.TIERS[2], info))
-    assert checks["tier 2 torch-cpu torch"].status == Status.FAIL and "no-build-isolation" in checks["tier 2 torch-cpu torch"].fix
+    assert (
+        checks["tier 2 torch-cpu torch"].status == Status.FAIL
+        and "no-build-isolation" in checks["tier 2 torch-cpu torch"].fix
+    )
     assert checks["tier 2 torch-cpu ABI"].status == Status.FAIL
 
 
@@ -226,8 +241,13 @@ def test_cache_dir_honours_env(monkeypatch, tmp_path):
 
 def test_doctor_json_and_exit_code(tmp_path):
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-m", "tierkit", "doctor", "--json"], capture_output=True, text=True,
-                            env=env, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "tierkit", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     checks = json.loads(result.stdout)
     names = {c["name"] for c in checks}
     assert {"python", "c++17", "ninja", "cmake", "JIT cache"} <= names

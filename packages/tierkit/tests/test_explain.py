@@ -7,11 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tierkit.doctor.explain import explain
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from make_fixtures import EXPECTED  # noqa: E402
+from make_fixtures import EXPECTED
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -57,12 +56,18 @@ def test_unknown_log():
 
 
 def test_echo_lines_alone_are_not_a_diagnosis():
-    assert explain("ninja: build stopped: subcommand failed.\nRuntimeError: Error compiling objects for extension\n") is None
+    assert (
+        explain(
+            "ninja: build stopped: subcommand failed.\nRuntimeError: Error compiling objects for extension\n"
+        )
+        is None
+    )
 
 
 def run_cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "tierkit", "doctor", *args], input=stdin,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "tierkit", "doctor", *args], input=stdin, capture_output=True, text=True
+    )
 
 
 def test_cli_explain_file_and_stdin():

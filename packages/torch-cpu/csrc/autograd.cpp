@@ -63,7 +63,9 @@ struct Mul : torch::autograd::Function<Mul> {
     at::AutoDispatchBelowADInplaceOrView below;
     return h.call(a, b);
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) { return product_grads(ctx, grads[0]); }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return product_grads(ctx, grads[0]);
+  }
 };
 
 struct MulAdd : torch::autograd::Function<MulAdd> {
@@ -112,7 +114,8 @@ void add_out_autograd(const at::Tensor& a, const at::Tensor& b, const at::Tensor
 // call, and go straight below autograd — as torch's generated kernels do.
 bool needs_graph(const at::Tensor& a, const at::Tensor* b = nullptr) {
   // (undefined tensors are reported by the kernels' checks, not crashed on here)
-  return c10::GradMode::is_enabled() && ((a.defined() && a.requires_grad()) || (b && b->defined() && b->requires_grad()));
+  return c10::GradMode::is_enabled() &&
+         ((a.defined() && a.requires_grad()) || (b && b->defined() && b->requires_grad()));
 }
 
 template <typename F, typename... Args>
@@ -134,7 +137,8 @@ TORCH_LIBRARY_IMPL(tierkit, Autograd, m) {
     return needs_graph(a, &b) ? MulAdd::apply(a, b, c) : below_autograd(&MulAdd::forward, a, b, c);
   });
   m.impl("scale_shift", [](const at::Tensor& x, double alpha, double beta) {
-    return needs_graph(x) ? ScaleShift::apply(x, alpha, beta) : below_autograd(&ScaleShift::forward, x, alpha, beta);
+    return needs_graph(x) ? ScaleShift::apply(x, alpha, beta)
+                          : below_autograd(&ScaleShift::forward, x, alpha, beta);
   });
   m.impl("add_out", &add_out_autograd);
 }

@@ -14,7 +14,5 @@ void asan_canary() {
 }
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(tierkit, m) {
-  m.def("_asan_canary() -> ()", &asan_canary);
-}
+TORCH_LIBRARY_FRAGMENT(tierkit, m) { m.def("_asan_canary() -> ()", &asan_canary); }
 #endif

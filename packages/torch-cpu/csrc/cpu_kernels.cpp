@@ -26,20 +26,26 @@ at::Tensor new_output(const at::Tensor& like) {
   return out;
 }
 
-at::Tensor custom_add_cpu(const at::Tensor& a, const at::Tensor& b) {
-  check_first("tierkit::custom_add", a, "a", kCPU);
-  check_like("tierkit::custom_add", b, "b", a, "a");
+// The binary ops share their checks and output; `kernel` is core's entry point.
+template <typename Kernel>
+at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, const Kernel& kernel) {
+  check_first(op, a, "a", kCPU);
+  check_like(op, b, "b", a, "a");
   at::Tensor out = new_output(a);
-  tierkit::kernels::add(as_view(as_core_input(a)), as_view(as_core_input(b)), as_view(out), AtenRunner{});
+  kernel(as_view(as_core_input(a)), as_view(as_core_input(b)), as_view(out));
   return out;
 }
 
+at::Tensor custom_add_cpu(const at::Tensor& a, const at::Tensor& b) {
+  return binary("tierkit::custom_add", a, b, [](const auto& va, const auto& vb, const auto& vo) {
+    tierkit::kernels::add(va, vb, vo, AtenRunner{});
+  });
+}
+
 at::Tensor mul_cpu(const at::Tensor& a, const at::Tensor& b) {
-  check_first("tierkit::mul", a, "a", kCPU);
-  check_like("tierkit::mul", b, "b", a, "a");
-  at::Tensor out = new_output(a);
-  tierkit::kernels::mul(as_view(as_core_input(a)), as_view(as_core_input(b)), as_view(out), AtenRunner{});
-  return out;
+  return binary("tierkit::mul", a, b, [](const auto& va, const auto& vb, const auto& vo) {
+    tierkit::kernels::mul(va, vb, vo, AtenRunner{});
+  });
 }
 
 at::Tensor scale_shift_cpu(const at::Tensor& x, double alpha, double beta) {
@@ -50,19 +56,13 @@ at::Tensor scale_shift_cpu(const at::Tensor& x, double alpha, double beta) {
 }
 
 at::Tensor muladd_cpu(const at::Tensor& a, const at::Tensor& b, double c) {
-  check_first("tierkit::muladd", a, "a", kCPU);
-  check_like("tierkit::muladd", b, "b", a, "a");
-  at::Tensor out = new_output(a);
-  tierkit::kernels::muladd(as_view(as_core_input(a)), as_view(as_core_input(b)), c, as_view(out), AtenRunner{});
-  return out;
+  return binary("tierkit::muladd", a, b, [c](const auto& va, const auto& vb, const auto& vo) {
+    tierkit::kernels::muladd(va, vb, c, vo, AtenRunner{});
+  });
 }
 
 void add_out_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
-  constexpr const char* op = "tierkit::add_out";
-  check_first(op, a, "a", kCPU);
-  check_like(op, b, "b", a, "a");
-  check_like(op, out, "out", a, "a");
-  check_out(op, out, {{&a, "a"}, {&b, "b"}});
+  check_add_out(a, b, out, kCPU);
   if (out.dim() > tierkit::kMaxRank && !out.is_contiguous()) {
     at::Tensor tmp = custom_add_cpu(a, b);
     out.copy_(tmp);

@@ -17,7 +17,14 @@ TORCH_LIBRARY(tierkit, m) {
 // run the registrations above. The module itself is empty; with the limited
 // API it serves every CPython >= 3.9.
 extern "C" PyObject* PyInit__C(void) {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "tierkit operator registrations (see torch.ops.tierkit)",
-                               -1, nullptr, nullptr, nullptr, nullptr, nullptr};
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                               "_C",
+                               "tierkit operator registrations (see torch.ops.tierkit)",
+                               -1,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr};
   return PyModule_Create(&module);
 }

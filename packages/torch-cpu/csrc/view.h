@@ -22,7 +22,8 @@ inline tierkit::DType to_core_dtype(c10::ScalarType t) {
 
 // c10::Half/BFloat16 and core's Half/BFloat16 are both bare IEEE / brain-float
 // bit patterns of 16 bits, so the memory is read as-is.
-static_assert(sizeof(c10::Half) == sizeof(tierkit::Half) && sizeof(c10::BFloat16) == sizeof(tierkit::BFloat16));
+static_assert(sizeof(c10::Half) == sizeof(tierkit::Half) &&
+              sizeof(c10::BFloat16) == sizeof(tierkit::BFloat16));
 
 // Core views hold up to kMaxRank dims; a deeper contiguous tensor is seen
 // flat (the result is the same for elementwise ops). Deeper non-contiguous

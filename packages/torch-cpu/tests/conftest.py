@@ -1,7 +1,6 @@
 import pytest
-import torch
-
 import tierkit_torch  # noqa: F401  (loads the ops)
+import torch
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 

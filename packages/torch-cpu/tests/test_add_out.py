@@ -42,7 +42,10 @@ def test_bumps_the_version_counter(gen):
     [
         (lambda a: torch.empty(1).expand(10), "out: has internal overlap"),
         (lambda a: torch.empty(9), "out: expected shape \\[10\\] \\(same as a\\), got \\[9\\]"),
-        (lambda a: torch.empty(10, dtype=torch.float64), "out: expected dtype float32 \\(same as a\\), got float64"),
+        (
+            lambda a: torch.empty(10, dtype=torch.float64),
+            "out: expected dtype float32 \\(same as a\\), got float64",
+        ),
         (lambda a: torch.empty(10, device="meta"), "out: expected device cpu \\(same as a\\), got meta"),
     ],
     ids=["expanded", "shape", "dtype", "device"],

@@ -1,10 +1,9 @@
 """torch.compile (fullgraph, static and dynamic shapes) and torch.export."""
 
 import pytest
+import tierkit_torch
 import torch
 from reference import ALPHA, BETA, C
-
-import tierkit_torch
 
 ops = torch.ops.tierkit
 
@@ -69,6 +68,10 @@ def test_export_captures_the_ops(gen):
     a, b = torch.randn(4, 5, generator=gen), torch.randn(4, 5, generator=gen)
     exported = torch.export.export(M(), (a, b))
     targets = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
-    assert {"tierkit.custom_add.default", "tierkit.scale_shift.default", "tierkit.muladd.default",
-            "tierkit.mul.default"} <= targets, targets
+    assert {
+        "tierkit.custom_add.default",
+        "tierkit.scale_shift.default",
+        "tierkit.muladd.default",
+        "tierkit.mul.default",
+    } <= targets, targets
     torch.testing.assert_close(exported.module()(a, b), eager_reference(a, b))

@@ -7,14 +7,36 @@ ops = torch.ops.tierkit
 A = torch.randn(2, 3)
 
 CASES = [
-    ("int dtype", lambda: ops.custom_add(A.int(), A.int()),
-     "tierkit::custom_add: a: expected dtype float32, float64, float16 or bfloat16, got int32"),
-    ("bool dtype", lambda: ops.scale_shift(A > 0, 1.0, 1.0), "tierkit::scale_shift: x: expected dtype .* got bool"),
-    ("complex", lambda: ops.mul(A.to(torch.complex64), A.to(torch.complex64)), "a: expected dtype .*got complex64"),
-    ("dtype mismatch", lambda: ops.mul(A, A.double()), "tierkit::mul: b: expected dtype float32 \\(same as a\\), got float64"),
-    ("shape mismatch", lambda: ops.muladd(A, A.t(), 1.0),
-     "tierkit::muladd: b: expected shape \\[2, 3\\] \\(same as a\\), got \\[3, 2\\]"),
-    ("device mismatch", lambda: ops.custom_add(A, A.to("meta")), "b: expected device cpu \\(same as a\\), got meta"),
+    (
+        "int dtype",
+        lambda: ops.custom_add(A.int(), A.int()),
+        "tierkit::custom_add: a: expected dtype float32, float64, float16 or bfloat16, got int32",
+    ),
+    (
+        "bool dtype",
+        lambda: ops.scale_shift(A > 0, 1.0, 1.0),
+        "tierkit::scale_shift: x: expected dtype .* got bool",
+    ),
+    (
+        "complex",
+        lambda: ops.mul(A.to(torch.complex64), A.to(torch.complex64)),
+        "a: expected dtype .*got complex64",
+    ),
+    (
+        "dtype mismatch",
+        lambda: ops.mul(A, A.double()),
+        "tierkit::mul: b: expected dtype float32 \\(same as a\\), got float64",
+    ),
+    (
+        "shape mismatch",
+        lambda: ops.muladd(A, A.t(), 1.0),
+        "tierkit::muladd: b: expected shape \\[2, 3\\] \\(same as a\\), got \\[3, 2\\]",
+    ),
+    (
+        "device mismatch",
+        lambda: ops.custom_add(A, A.to("meta")),
+        "b: expected device cpu \\(same as a\\), got meta",
+    ),
 ]
 
 
@@ -45,5 +67,8 @@ def test_meta_tensors_get_the_same_checks():
     assert out.device.type == "meta" and out.shape == (2, 3)
     with pytest.raises(RuntimeError, match="b: expected shape \\[2, 3\\] \\(same as a\\), got \\[3, 2\\]"):
         ops.custom_add(m, m.t())
-    with pytest.raises(RuntimeError, match="tierkit::scale_shift: x: expected dtype float32, float64, float16 or bfloat16, got int64"):
+    with pytest.raises(
+        RuntimeError,
+        match="tierkit::scale_shift: x: expected dtype float32, float64, float16 or bfloat16, got int64",
+    ):
         ops.scale_shift(torch.empty(3, device="meta", dtype=torch.int64), 1.0, 1.0)

@@ -10,9 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
-
 import tierkit_torch
+import torch
 
 SCRIPT = textwrap.dedent(
     """
@@ -45,7 +44,10 @@ def test_jit_build_matches_aot(tmp_path):
     result_file = tmp_path / "jit.pt"
     env = {**os.environ, "TIERKIT_TORCH_JIT": "1", "MAX_JOBS": os.environ.get("MAX_JOBS", "2")}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(build_dir), str(result_file)], env=env, capture_output=True, text=True
+        [sys.executable, "-c", SCRIPT, str(build_dir), str(result_file)],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jit = torch.load(result_file)

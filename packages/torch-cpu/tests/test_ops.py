@@ -1,11 +1,10 @@
 """Every op against plain torch, for every dtype and layout."""
 
 import pytest
+import tierkit_torch
 import torch
 from conftest import DTYPES
 from reference import ARITY, C, call, expected
-
-import tierkit_torch
 
 
 def layouts(gen, dtype):

@@ -18,30 +18,58 @@
 namespace tierkit_cuda {
 namespace {
 
-template <typename T> struct Compute { using type = T; };
-template <> struct Compute<__half> { using type = float; };
-template <> struct Compute<__nv_bfloat16> { using type = float; };
+template <typename T>
+struct Compute {
+  using type = T;
+};
+template <>
+struct Compute<__half> {
+  using type = float;
+};
+template <>
+struct Compute<__nv_bfloat16> {
+  using type = float;
+};
 
 __device__ __forceinline__ float to_compute(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_compute(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_compute(float x) { return x; }
 __device__ __forceinline__ double to_compute(double x) { return x; }
-template <typename T> __device__ __forceinline__ T from_compute(typename Compute<T>::type x);
-template <> __device__ __forceinline__ float from_compute<float>(float x) { return x; }
-template <> __device__ __forceinline__ double from_compute<double>(double x) { return x; }
-template <> __device__ __forceinline__ __half from_compute<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_compute<__nv_bfloat16>(float x) {
+template <typename T>
+__device__ __forceinline__ T from_compute(typename Compute<T>::type x);
+template <>
+__device__ __forceinline__ float from_compute<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ double from_compute<double>(double x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_compute<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_compute<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
 // Operation functors over the compute type C; unary ones ignore `b`.
-template <typename C> struct AddF { __device__ C operator()(C a, C b) const { return a + b; } };
-template <typename C> struct MulF { __device__ C operator()(C a, C b) const { return a * b; } };
-template <typename C> struct ScaleShiftF {
+template <typename C>
+struct AddF {
+  __device__ C operator()(C a, C b) const { return a + b; }
+};
+template <typename C>
+struct MulF {
+  __device__ C operator()(C a, C b) const { return a * b; }
+};
+template <typename C>
+struct ScaleShiftF {
   C alpha, beta;
   __device__ C operator()(C x, C) const { return alpha * x + beta; }
 };
-template <typename C> struct MulAddF {
+template <typename C>
+struct MulAddF {
   C c;
   __device__ C operator()(C a, C b) const { return a * b + c; }
 };
@@ -52,8 +80,7 @@ struct alignas(16) Vec {
 };
 
 template <typename T, bool Binary, typename F>
-__global__ void contiguous_kernel(F f, const T* a, const T* b, T* out, int64_t n,
-                                  bool vectorize) {
+__global__ void contiguous_kernel(F f, const T* a, const T* b, T* out, int64_t n, bool vectorize) {
   constexpr int N = 16 / sizeof(T);
   using V = Vec<T, N>;
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
@@ -80,7 +107,8 @@ __global__ void contiguous_kernel(F f, const T* a, const T* b, T* out, int64_t n
 }
 
 template <typename T, bool Binary, typename F>
-__global__ void strided_kernel(F f, const T* a, const T* b, T* out, int64_t n, Layout la, Layout lb, Layout lo) {
+__global__ void strided_kernel(F f, const T* a, const T* b, T* out, int64_t n, Layout la, Layout lb,
+                               Layout lo) {
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     int64_t rest = i, oa = 0, ob = 0, oo = 0;
@@ -117,10 +145,11 @@ void run(const F& f, const Operands& o, cudaStream_t stream) {
   if (o.contiguous) {
     const bool vectorize = aligned16(a) && aligned16(out) && (!Binary || aligned16(b));
     const int64_t work = vectorize ? (o.numel + (16 / sizeof(T)) - 1) / (16 / sizeof(T)) : o.numel;
-    contiguous_kernel<T, Binary><<<grid_for(work, kThreads), kThreads, 0, stream>>>(f, a, b, out, o.numel, vectorize);
+    contiguous_kernel<T, Binary>
+        <<<grid_for(work, kThreads), kThreads, 0, stream>>>(f, a, b, out, o.numel, vectorize);
   } else {
-    strided_kernel<T, Binary><<<grid_for(o.numel, kThreads), kThreads, 0, stream>>>(f, a, b, out, o.numel, o.la,
-                                                                                      o.lb, o.lout);
+    strided_kernel<T, Binary>
+        <<<grid_for(o.numel, kThreads), kThreads, 0, stream>>>(f, a, b, out, o.numel, o.la, o.lb, o.lout);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -131,7 +160,8 @@ void run_op(Op op, const Operands& o, double p0, double p1, cudaStream_t stream)
   switch (op) {
     case Op::Add: return run<T, true>(AddF<C>{}, o, stream);
     case Op::Mul: return run<T, true>(MulF<C>{}, o, stream);
-    case Op::ScaleShift: return run<T, false>(ScaleShiftF<C>{static_cast<C>(p0), static_cast<C>(p1)}, o, stream);
+    case Op::ScaleShift:
+      return run<T, false>(ScaleShiftF<C>{static_cast<C>(p0), static_cast<C>(p1)}, o, stream);
     case Op::MulAdd: return run<T, true>(MulAddF<C>{static_cast<C>(p0)}, o, stream);
   }
 }

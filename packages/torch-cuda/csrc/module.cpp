@@ -3,7 +3,14 @@
 #include <Python.h>
 
 extern "C" PyObject* PyInit__C(void) {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "tierkit CUDA kernel registrations", -1,
-                               nullptr, nullptr, nullptr, nullptr, nullptr};
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT,
+                               "_C",
+                               "tierkit CUDA kernel registrations",
+                               -1,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr};
   return PyModule_Create(&module);
 }

@@ -74,7 +74,9 @@ at::Tensor custom_add_cuda(const at::Tensor& a, const at::Tensor& b) {
   return binary("tierkit::custom_add", Op::Add, a, b, 0.0);
 }
 
-at::Tensor mul_cuda(const at::Tensor& a, const at::Tensor& b) { return binary("tierkit::mul", Op::Mul, a, b, 0.0); }
+at::Tensor mul_cuda(const at::Tensor& a, const at::Tensor& b) {
+  return binary("tierkit::mul", Op::Mul, a, b, 0.0);
+}
 
 at::Tensor muladd_cuda(const at::Tensor& a, const at::Tensor& b, double c) {
   return binary("tierkit::muladd", Op::MulAdd, a, b, c);
@@ -88,11 +90,7 @@ at::Tensor scale_shift_cuda(const at::Tensor& x, double alpha, double beta) {
 }
 
 void add_out_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
-  constexpr const char* op = "tierkit::add_out";
-  tierkit_torch::check_first(op, a, "a", kCUDA);
-  tierkit_torch::check_like(op, b, "b", a, "a");
-  tierkit_torch::check_like(op, out, "out", a, "a");
-  tierkit_torch::check_out(op, out, {{&a, "a"}, {&b, "b"}});
+  tierkit_torch::check_add_out(a, b, out, kCUDA);
   if (out.dim() > kMaxRank && !out.is_contiguous()) {
     out.copy_(custom_add_cuda(a, b));
     return;

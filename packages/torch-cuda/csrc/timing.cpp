@@ -32,7 +32,8 @@ double time_op(const std::string& op, const at::Tensor& a, const at::Tensor& b, 
                           .typed<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
       h.call(a, b, a);
     } else {
-      TORCH_CHECK(false, "tierkit_cuda::time_op: op: expected scale_shift, custom_add or add_out, got '", op, "'");
+      TORCH_CHECK(false, "tierkit_cuda::time_op: op: expected scale_shift, custom_add or add_out, got '", op,
+                  "'");
     }
   };
   call();  // warm-up: first-launch costs stay out of the figure
@@ -45,8 +46,6 @@ double time_op(const std::string& op, const at::Tensor& a, const at::Tensor& b, 
 
 }  // namespace
 
-TORCH_LIBRARY(tierkit_cuda, m) {
-  m.def("time_op(str op, Tensor a, Tensor b, int iters) -> float", &time_op);
-}
+TORCH_LIBRARY(tierkit_cuda, m) { m.def("time_op(str op, Tensor a, Tensor b, int iters) -> float", &time_op); }
 
 }  // namespace tierkit_cuda

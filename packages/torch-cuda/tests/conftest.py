@@ -1,10 +1,10 @@
 import pytest
+import tierkit_cuda  # noqa: F401  (loads tierkit_torch, then the CUDA kernels)
 import torch
 
-import tierkit_cuda  # noqa: F401  (loads tierkit_torch, then the CUDA kernels)
-
 HAS_GPU = torch.cuda.is_available()
-gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA device here (torch.cuda.is_available() is False); "
-                         "these run where a GPU is")
+gpu = pytest.mark.skipif(
+    not HAS_GPU, reason="no CUDA device here (torch.cuda.is_available() is False); these run where a GPU is"
+)
 OPS = ["custom_add", "mul", "scale_shift", "muladd", "add_out"]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]

@@ -6,10 +6,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tierkit_cuda
 import torch
 from conftest import OPS
-
-import tierkit_cuda
 
 
 def test_imports_without_a_gpu():
@@ -20,7 +19,9 @@ def test_imports_without_a_gpu():
 @pytest.mark.parametrize("op", OPS)
 def test_cuda_kernel_registered(op):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"tierkit::{op}", "CUDA")
-    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"tierkit::{op}", "CPU")  # tierkit_torch's, untouched
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(
+        f"tierkit::{op}", "CPU"
+    )  # tierkit_torch's, untouched
 
 
 def test_timing_op_registered():
@@ -51,7 +52,9 @@ def test_shared_object_holds_requested_device_code():
     from tierkit_cuda import _build_info
 
     so = Path(tierkit_cuda._C.__file__)
-    listing = subprocess.run([str(exe), "--list-elf", str(so)], capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        [str(exe), "--list-elf", str(so)], capture_output=True, text=True, check=True
+    ).stdout
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST", _build_info.TORCH_CUDA_ARCH_LIST)
     for arch in archs.replace(";", " ").split():
         sm = "sm_" + arch.replace(".", "").replace("+PTX", "")

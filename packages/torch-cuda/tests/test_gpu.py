@@ -1,10 +1,9 @@
 """GPU tests: skipped without a CUDA device, run where one exists."""
 
 import pytest
+import tierkit_cuda
 import torch
 from conftest import DTYPES, gpu
-
-import tierkit_cuda  # noqa: F401
 
 pytestmark = gpu
 ops = torch.ops.tierkit
@@ -89,12 +88,21 @@ def test_more_than_2_to_the_31_elements():
 @pytest.mark.parametrize(
     ("call_", "pattern"),
     [
-        (lambda: ops.custom_add(torch.ones(3, device="cuda"), torch.ones(3)),
-         "b: expected device cuda:0 \\(same as a\\), got cpu"),
-        (lambda: ops.mul(torch.ones(3, device="cuda", dtype=torch.int32), torch.ones(3, device="cuda", dtype=torch.int32)),
-         "a: expected dtype float32, float64, float16 or bfloat16, got int32"),
-        (lambda: ops.muladd(torch.ones(3, device="cuda"), torch.ones(4, device="cuda"), 1.0),
-         "b: expected shape \\[3\\] \\(same as a\\), got \\[4\\]"),
+        (
+            lambda: ops.custom_add(torch.ones(3, device="cuda"), torch.ones(3)),
+            "b: expected device cuda:0 \\(same as a\\), got cpu",
+        ),
+        (
+            lambda: ops.mul(
+                torch.ones(3, device="cuda", dtype=torch.int32),
+                torch.ones(3, device="cuda", dtype=torch.int32),
+            ),
+            "a: expected dtype float32, float64, float16 or bfloat16, got int32",
+        ),
+        (
+            lambda: ops.muladd(torch.ones(3, device="cuda"), torch.ones(4, device="cuda"), 1.0),
+            "b: expected shape \\[3\\] \\(same as a\\), got \\[4\\]",
+        ),
     ],
     ids=["cpu-mix", "int", "shape"],
 )
@@ -135,8 +143,11 @@ def test_opcheck(op):
     a = torch.randn(8, 3, device="cuda")
     b = torch.randn(8, 3, device="cuda")
     args = {
-        "custom_add": (a.requires_grad_(), b), "mul": (a, b), "scale_shift": (a, 2.0, 1.0),
-        "muladd": (a, b, 0.5), "add_out": (a.detach(), b, torch.empty_like(b)),
+        "custom_add": (a.requires_grad_(), b),
+        "mul": (a, b),
+        "scale_shift": (a, 2.0, 1.0),
+        "muladd": (a, b, 0.5),
+        "add_out": (a.detach(), b, torch.empty_like(b)),
     }[op]
     result = torch.library.opcheck(getattr(ops, op).default, args)
     assert all(v == "SUCCESS" for v in result.values()), result

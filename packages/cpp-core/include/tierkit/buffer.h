@@ -39,8 +39,7 @@ class Buffer {
     if (rounded < size) throw OutOfMemory(detail::concat("Buffer: cannot allocate ", size, " bytes"));
     void* p = std::aligned_alloc(alignment, rounded);
     if (p == nullptr) {
-      throw OutOfMemory(detail::concat("Buffer: cannot allocate ", size, " bytes aligned to ",
-                                       alignment));
+      throw OutOfMemory(detail::concat("Buffer: cannot allocate ", size, " bytes aligned to ", alignment));
     }
     data_ = make_owned(p, [](void* q) { std::free(q); });
     advise_huge_pages(p, rounded);  // before anything touches the pages
@@ -79,12 +78,18 @@ class Buffer {
   void* data() noexcept { return data_.get(); }
   const void* data() const noexcept { return data_.get(); }
   template <typename T>
-  T* as() noexcept { return static_cast<T*>(data_.get()); }
+  T* as() noexcept {
+    return static_cast<T*>(data_.get());
+  }
   template <typename T>
-  const T* as() const noexcept { return static_cast<const T*>(data_.get()); }
+  const T* as() const noexcept {
+    return static_cast<const T*>(data_.get());
+  }
   // Number of whole T that fit.
   template <typename T>
-  std::size_t count() const noexcept { return size_ / sizeof(T); }
+  std::size_t count() const noexcept {
+    return size_ / sizeof(T);
+  }
 
   std::size_t size() const noexcept { return size_; }
   std::size_t alignment() const noexcept { return alignment_; }

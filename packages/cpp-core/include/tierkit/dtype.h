@@ -39,17 +39,18 @@ constexpr std::string_view dtype_name(DType t) {
 }
 
 constexpr bool is_floating(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 ||
-         t == DType::BFloat16;
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
 }
 
 inline DType dtype_from_name(std::string_view name) {
-  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32,
-                  DType::Int64}) {
+  for (DType t :
+       {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64}) {
     if (dtype_name(t) == name) return t;
   }
-  throw DTypeError(detail::concat("dtype: expected one of float32, float64, float16, bfloat16, "
-                                  "int32, int64, got '", name, "'"));
+  throw DTypeError(
+      detail::concat("dtype: expected one of float32, float64, float16, bfloat16, "
+                     "int32, int64, got '",
+                     name, "'"));
 }
 
 namespace detail {
@@ -135,19 +136,46 @@ struct BFloat16 {
 
 template <typename T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <> struct dtype_of<Half> { static constexpr DType value = DType::Float16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BFloat16; };
-template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::Int64; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr DType value = DType::Int64;
+};
 template <typename T>
 inline constexpr DType dtype_of_v = dtype_of<T>::value;
 
 // The type arithmetic is done in: 16-bit floats compute in float.
-template <typename T> struct compute_type { using type = T; };
-template <> struct compute_type<Half> { using type = float; };
-template <> struct compute_type<BFloat16> { using type = float; };
+template <typename T>
+struct compute_type {
+  using type = T;
+};
+template <>
+struct compute_type<Half> {
+  using type = float;
+};
+template <>
+struct compute_type<BFloat16> {
+  using type = float;
+};
 template <typename T>
 using compute_t = typename compute_type<T>::type;
 

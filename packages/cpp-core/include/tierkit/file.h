@@ -30,8 +30,7 @@ class File {
     fd_ = ::open(path_.c_str(), flags, 0644);
     if (fd_ < 0) fail("open");
   }
-  File(File&& other) noexcept
-      : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+  File(File&& other) noexcept : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
   File& operator=(File&& other) noexcept {
     if (this != &other) {
       close_quietly();
@@ -75,7 +74,7 @@ class File {
 
   std::size_t size() const {
     require_open("size");
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd_, &st) != 0) fail("stat");
     return static_cast<std::size_t>(st.st_size);
   }
@@ -92,8 +91,8 @@ class File {
     if (fd_ >= 0) ::close(std::exchange(fd_, -1));
   }
   void require_open(const char* what) const {
-    if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(),
-                                         std::string(what) + " on a closed File");
+    if (fd_ < 0)
+      throw std::system_error(EBADF, std::generic_category(), std::string(what) + " on a closed File");
   }
   [[noreturn]] void fail(const char* what) const {
     const int err = errno;

@@ -39,11 +39,15 @@ namespace tierkit::kernels {
 // The operations, written once over the compute type C.
 struct AddOp {
   template <typename C>
-  C operator()(C a, C b) const { return a + b; }
+  C operator()(C a, C b) const {
+    return a + b;
+  }
 };
 struct MulOp {
   template <typename C>
-  C operator()(C a, C b) const { return a * b; }
+  C operator()(C a, C b) const {
+    return a * b;
+  }
 };
 template <typename C>
 struct ScaleShiftOp {
@@ -56,9 +60,9 @@ struct MulAddOp {
   C operator()(C a, C b) const { return a * b + c; }
 };
 
-#define TIERKIT_MAP_LOOP                                                   \
-  using C = compute_t<T>;                                                  \
-  TIERKIT_VECTORIZE_LOOP                                                   \
+#define TIERKIT_MAP_LOOP  \
+  using C = compute_t<T>; \
+  TIERKIT_VECTORIZE_LOOP  \
   for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(op(C(in[i])...));
 
 // Builds for baseline x86-64 get SSE2 only; the same loop compiled for AVX2
@@ -74,7 +78,8 @@ inline bool cpu_has_avx2() {
   return has;
 }
 template <typename T, typename Op, typename... In>
-__attribute__((target("avx2"))) void map_contiguous_avx2(const Op& op, T* out, std::int64_t n, const In*... in) {
+__attribute__((target("avx2"))) void map_contiguous_avx2(const Op& op, T* out, std::int64_t n,
+                                                         const In*... in) {
   TIERKIT_MAP_LOOP
 }
 }  // namespace detail
@@ -137,21 +142,19 @@ inline bool same_layout(const TensorView& a, const TensorView& b) {
 
 // `out` may be exactly an input (in place); any other sharing of bytes could
 // read an element after it was overwritten, so it is refused.
-inline void check_no_partial_overlap(const TensorView& out, const TensorView& in,
-                                     const char* in_name) {
+inline void check_no_partial_overlap(const TensorView& out, const TensorView& in, const char* in_name) {
   const Span o = span_of(out), i = span_of(in);
   if (o.lo == nullptr || i.lo == nullptr) return;
   const bool disjoint = o.hi <= i.lo || i.hi <= o.lo;
   check(disjoint || same_layout(out, in), "out: overlaps input '", in_name,
-        "' without being the same elements; only exact in-place (out is ", in_name,
-        ") is allowed");
+        "' without being the same elements; only exact in-place (out is ", in_name, ") is allowed");
 }
 
 inline void check_operand(const TensorView& out, const TensorView& in, const char* in_name) {
-  check<DTypeError>(in.dtype() == out.dtype(), in_name, ": expected dtype ",
-                    dtype_name(out.dtype()), " (same as out), got ", dtype_name(in.dtype()));
-  check(in.shape() == out.shape(), in_name, ": expected shape ", out.shape().str(),
-        " (same as out), got ", in.shape().str());
+  check<DTypeError>(in.dtype() == out.dtype(), in_name, ": expected dtype ", dtype_name(out.dtype()),
+                    " (same as out), got ", dtype_name(in.dtype()));
+  check(in.shape() == out.shape(), in_name, ": expected shape ", out.shape().str(), " (same as out), got ",
+        in.shape().str());
   check_no_partial_overlap(out, in, in_name);
 }
 
@@ -185,8 +188,8 @@ T* element_at(const TensorView& v, std::int64_t linear) {
 
 // Contiguous chunk [lo, hi): the vectorized loop on offset pointers.
 template <typename T, typename Op, std::size_t N, std::size_t... K>
-void map_chunk(const Op& op, const TensorView& out, const TensorView* const (&ins)[N],
-               std::int64_t lo, std::int64_t hi, std::index_sequence<K...>) {
+void map_chunk(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t lo,
+               std::int64_t hi, std::index_sequence<K...>) {
   map_contiguous(op, static_cast<T*>(out.data()) + lo, hi - lo,
                  (static_cast<const T*>(ins[K]->data()) + lo)...);
 }
@@ -194,8 +197,8 @@ void map_chunk(const Op& op, const TensorView& out, const TensorView* const (&in
 // Element-by-element over [begin, end) in row-major order of `out`, walking
 // each operand's strides; runs along the innermost dimension step by stride.
 template <typename T, typename Op, std::size_t N, std::size_t... K>
-void map_strided(const Op& op, const TensorView& out, const TensorView* const (&ins)[N],
-                 std::int64_t begin, std::int64_t end, std::index_sequence<K...>) {
+void map_strided(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
+                 std::int64_t end, std::index_sequence<K...>) {
   using C = compute_t<T>;
   const int rank = out.rank();
   const std::int64_t inner = rank == 0 ? 1 : out.shape()[rank - 1];
@@ -223,8 +226,8 @@ void dispatch_floating(DType t, Fn&& fn) {
     case DType::Float16: fn(Half{}); return;
     case DType::BFloat16: fn(BFloat16{}); return;
     default:
-      throw DTypeError(tierkit::detail::concat(
-          "dtype: expected float32, float64, float16 or bfloat16, got ", dtype_name(t)));
+      throw DTypeError(tierkit::detail::concat("dtype: expected float32, float64, float16 or bfloat16, got ",
+                                               dtype_name(t)));
   }
 }
 
@@ -279,7 +282,8 @@ void mul(const TensorView& a, const TensorView& b, const TensorView& out, const 
 }
 
 template <typename Runner = PoolRunner>
-void scale_shift(const TensorView& x, double alpha, double beta, const TensorView& out, const Runner& run = {}) {
+void scale_shift(const TensorView& x, double alpha, double beta, const TensorView& out,
+                 const Runner& run = {}) {
   detail::map_views(out, {&x}, {"x"}, run, [=](auto c) {
     using C = decltype(c);
     return ScaleShiftOp<C>{static_cast<C>(alpha), static_cast<C>(beta)};
@@ -287,7 +291,8 @@ void scale_shift(const TensorView& x, double alpha, double beta, const TensorVie
 }
 
 template <typename Runner = PoolRunner>
-void muladd(const TensorView& a, const TensorView& b, double c, const TensorView& out, const Runner& run = {}) {
+void muladd(const TensorView& a, const TensorView& b, double c, const TensorView& out,
+            const Runner& run = {}) {
   detail::map_views(out, {&a, &b}, {"a", "b"}, run, [=](auto z) {
     using C = decltype(z);
     return MulAddOp<C>{static_cast<C>(c)};

@@ -94,8 +94,8 @@ class TensorView {
   TensorView(void* base, std::int64_t capacity, DType dtype, Shape shape, Shape strides,
              std::int64_t offset = 0)
       : base_(base), dtype_(dtype), shape_(shape), strides_(strides), offset_(offset) {
-    check(shape.rank() == strides.rank(), "strides: expected rank ", shape.rank(),
-          " to match shape ", shape.str(), ", got rank ", strides.rank());
+    check(shape.rank() == strides.rank(), "strides: expected rank ", shape.rank(), " to match shape ",
+          shape.str(), ", got rank ", strides.rank());
     for (int i = 0; i < shape.rank(); ++i)
       check(shape[i] >= 0, "shape: expected non-negative sizes, got ", shape.str());
     check(capacity >= 0, "capacity: expected >= 0, got ", capacity);
@@ -107,9 +107,8 @@ class TensorView {
       const std::int64_t reach = (shape[i] - 1) * strides[i];
       (reach < 0 ? lo : hi) += reach;
     }
-    check(lo >= 0 && hi < capacity, "view: shape ", shape.str(), " strides ", strides.str(),
-          " offset ", offset, " reaches elements [", lo, ", ", hi, "] outside the ", capacity,
-          " available");
+    check(lo >= 0 && hi < capacity, "view: shape ", shape.str(), " strides ", strides.str(), " offset ",
+          offset, " reaches elements [", lo, ", ", hi, "] outside the ", capacity, " available");
   }
 
   // A C-contiguous view over the first shape.numel() elements.
@@ -143,15 +142,14 @@ class TensorView {
   // Typed element access; T must match dtype() and the rank must match.
   template <typename T>
   T& at(std::initializer_list<std::int64_t> index) const {
-    check<DTypeError>(dtype_of_v<T> == dtype_, "at: view holds ", dtype_name(dtype_),
-                      ", accessed as ", dtype_name(dtype_of_v<T>));
-    check(static_cast<int>(index.size()) == rank(), "index: expected ", rank(),
-          " indices, got ", index.size());
+    check<DTypeError>(dtype_of_v<T> == dtype_, "at: view holds ", dtype_name(dtype_), ", accessed as ",
+                      dtype_name(dtype_of_v<T>));
+    check(static_cast<int>(index.size()) == rank(), "index: expected ", rank(), " indices, got ",
+          index.size());
     std::int64_t pos = offset_;
     int d = 0;
     for (std::int64_t i : index) {
-      check(i >= 0 && i < shape_[d], "index: ", i, " out of range for dimension ", d, " of size ",
-            shape_[d]);
+      check(i >= 0 && i < shape_[d], "index: ", i, " out of range for dimension ", d, " of size ", shape_[d]);
       pos += i * strides_[d++];
     }
     return static_cast<T*>(base_)[pos];

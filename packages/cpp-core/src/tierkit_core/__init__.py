@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["get_include", "get_cmake_dir", "__version__"]
+__all__ = ["__version__", "get_cmake_dir", "get_include"]
 __version__ = "0.1.0"
 
 _HERE = Path(__file__).resolve().parent
@@ -17,8 +17,7 @@ _HERE = Path(__file__).resolve().parent
 def _existing(path: Path, what: str) -> str:
     if not path.is_dir():
         raise FileNotFoundError(
-            f"tierkit_core: {what} not found at {path}; "
-            "reinstall with `pip install packages/cpp-core`"
+            f"tierkit_core: {what} not found at {path}; reinstall with `pip install packages/cpp-core`"
         )
     return str(path)
 

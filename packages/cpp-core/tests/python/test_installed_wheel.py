@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import tierkit_core
 
 CONSUMER = Path(__file__).resolve().parents[2] / "examples" / "consumer"
@@ -37,7 +36,14 @@ def test_module_cli_prints_locations():
 def test_cmake_consumer_finds_and_links_tierkit_core(tmp_path):
     build = tmp_path / "build"
     subprocess.run(
-        ["cmake", "-S", str(CONSUMER), "-B", str(build), f"-Dtierkit_core_DIR={tierkit_core.get_cmake_dir()}"],
+        [
+            "cmake",
+            "-S",
+            str(CONSUMER),
+            "-B",
+            str(build),
+            f"-Dtierkit_core_DIR={tierkit_core.get_cmake_dir()}",
+        ],
         check=True,
         capture_output=True,
     )

@@ -13,7 +13,11 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.explain is not None:
         text = sys.stdin.read() if args.explain == "-" else open(args.explain, errors="replace").read()
         diagnosis = explain.explain(text)
-        print(json.dumps(diagnosis.as_dict() if diagnosis else None, indent=2) if args.json else explain.render(diagnosis))
+        print(
+            json.dumps(diagnosis.as_dict() if diagnosis else None, indent=2)
+            if args.json
+            else explain.render(diagnosis)
+        )
         return 1 if diagnosis else 0
 
     checks = [*toolchain.python_checks(), *toolchain.compiler_checks(), *toolchain.build_tool_checks()]
@@ -40,8 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="can this machine build and load each tier; which layer broke")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument("--fix", action="store_true", help="remove stale JIT lock files")
-    doctor.add_argument("--lock-age", type=float, default=10.0, metavar="MIN",
-                        help="a lock nobody holds is stale after this many minutes (default 10)")
+    doctor.add_argument(
+        "--lock-age",
+        type=float,
+        default=10.0,
+        metavar="MIN",
+        help="a lock nobody holds is stale after this many minutes (default 10)",
+    )
     doctor.add_argument("explain_cmd", nargs="?", choices=["explain"], help=argparse.SUPPRESS)
     doctor.add_argument("logfile", nargs="?", help=argparse.SUPPRESS)
     doctor.set_defaults(func=_doctor)

@@ -53,19 +53,30 @@ inline void check_like(const char* op, const at::Tensor& t, const char* name, co
               ref_name, "), got ", t.device());
   TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, ": expected dtype ",
               dtype_name(ref.scalar_type()), " (same as ", ref_name, "), got ", dtype_name(t.scalar_type()));
-  TORCH_CHECK(t.sizes() == ref.sizes(), op, ": ", name, ": expected shape ", ref.sizes(), " (same as ", ref_name,
-              "), got ", t.sizes());
+  TORCH_CHECK(t.sizes() == ref.sizes(), op, ": ", name, ": expected shape ", ref.sizes(), " (same as ",
+              ref_name, "), got ", t.sizes());
 }
 
 // `out` may be exactly an input (in place), never a partial overlap, and
 // must not write one address twice (an expanded tensor).
-inline void check_out(const char* op, const at::Tensor& out, std::initializer_list<std::pair<const at::Tensor*, const char*>> inputs) {
+inline void check_out(const char* op, const at::Tensor& out,
+                      std::initializer_list<std::pair<const at::Tensor*, const char*>> inputs) {
   TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
               ": out: has internal overlap (e.g. an expanded tensor), so several elements share one address");
   for (const auto& [in, name] : inputs) {
-    TORCH_CHECK(at::get_overlap_status(out, *in) != at::MemOverlapStatus::Partial, op, ": out: partially overlaps ",
-                name, "; only an exact alias (in place) is allowed");
+    TORCH_CHECK(at::get_overlap_status(out, *in) != at::MemOverlapStatus::Partial, op,
+                ": out: partially overlaps ", name, "; only an exact alias (in place) is allowed");
   }
+}
+
+// Every check add_out needs, for the kernels of any device.
+inline void check_add_out(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+                          c10::DeviceType device) {
+  constexpr const char* op = "tierkit::add_out";
+  check_first(op, a, "a", device);
+  check_like(op, b, "b", a, "a");
+  check_like(op, out, "out", a, "a");
+  check_out(op, out, {{&a, "a"}, {&b, "b"}});
 }
 
 }  // namespace tierkit_torch

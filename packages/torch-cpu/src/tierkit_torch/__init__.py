@@ -15,15 +15,15 @@ import torch  # noqa: F401  (must come first: the library links against it)
 
 from . import _loader, _registrations
 
-__all__ = ["custom_add", "get_include", "mul", "muladd", "ops", "scale_shift", "add_out"]
+__all__ = ["add_out", "custom_add", "get_include", "mul", "muladd", "ops", "scale_shift"]
 __version__ = "0.1.0"
 
 if not _loader.jit_requested():
     _loader.load_aot()
     _registrations.register()
 
-from . import ops  # noqa: E402
-from .ops import add_out, custom_add, mul, muladd, scale_shift  # noqa: E402
+from . import ops
+from .ops import add_out, custom_add, mul, muladd, scale_shift
 
 
 def get_include() -> str:

@@ -19,7 +19,7 @@ def jit_requested() -> bool:
 
 
 def loaded() -> str | None:
-    """"aot", "jit" or None."""
+    """ "aot", "jit" or None."""
     return _loaded
 
 

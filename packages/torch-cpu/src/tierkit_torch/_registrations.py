@@ -30,10 +30,12 @@ def _check_first(op: str, t: torch.Tensor, name: str) -> None:
 
 def _check_like(op: str, t: torch.Tensor, name: str, ref: torch.Tensor, ref_name: str) -> None:
     torch._check(
-        t.device == ref.device, lambda: f"{op}: {name}: expected device {ref.device} (same as {ref_name}), got {t.device}"
+        t.device == ref.device,
+        lambda: f"{op}: {name}: expected device {ref.device} (same as {ref_name}), got {t.device}",
     )
     torch._check(
-        t.dtype == ref.dtype, lambda: f"{op}: {name}: expected dtype {_name(ref.dtype)} (same as {ref_name}), got {_name(t.dtype)}"
+        t.dtype == ref.dtype,
+        lambda: f"{op}: {name}: expected dtype {_name(ref.dtype)} (same as {ref_name}), got {_name(t.dtype)}",
     )
     torch._check(
         t.shape == ref.shape,

@@ -8,9 +8,8 @@ It imports without a GPU; calls then need one.
 
 from __future__ import annotations
 
-import torch
-
 import tierkit_torch
+import torch
 
 __all__ = ["cuda_available", "time_op"]
 __version__ = "0.1.0"

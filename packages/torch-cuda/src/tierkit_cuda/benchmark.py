@@ -66,16 +66,22 @@ def run(sizes=SIZES, dtypes=(torch.float32, torch.bfloat16), with_compile: bool 
             iters = max(3, min(200, (1 << 28) // n))
             clone = statistics.median(event_time_ms(lambda: a.clone(), iters))
             cases = {
-                "scale_shift": (2 * n * item, {
-                    "tierkit": lambda: ops.scale_shift(a, ALPHA, BETA),
-                    "eager": lambda: ALPHA * a + BETA,
-                    **({"compile": lambda: compiled_ss(a)} if with_compile else {}),
-                }),
-                "custom_add": (3 * n * item, {
-                    "tierkit": lambda: ops.custom_add(a, b),
-                    "eager": lambda: a + b,
-                    **({"compile": lambda: compiled_add(a, b)} if with_compile else {}),
-                }),
+                "scale_shift": (
+                    2 * n * item,
+                    {
+                        "tierkit": lambda: ops.scale_shift(a, ALPHA, BETA),
+                        "eager": lambda: ALPHA * a + BETA,
+                        **({"compile": lambda: compiled_ss(a)} if with_compile else {}),
+                    },
+                ),
+                "custom_add": (
+                    3 * n * item,
+                    {
+                        "tierkit": lambda: ops.custom_add(a, b),
+                        "eager": lambda: a + b,
+                        **({"compile": lambda: compiled_add(a, b)} if with_compile else {}),
+                    },
+                ),
             }
             clone_gbs = 2 * n * item / clone / 1e6
             for op, (nbytes, impls) in cases.items():
@@ -83,12 +89,21 @@ def run(sizes=SIZES, dtypes=(torch.float32, torch.bfloat16), with_compile: bool 
                     times = event_time_ms(fn, iters)
                     ms = statistics.median(times)
                     gbs = nbytes / ms / 1e6
-                    rows.append({
-                        "op": op, "impl": impl, "n": n, "dtype": str(dtype).removeprefix("torch."),
-                        "ms": ms, "ms_min": min(times), "ms_max": max(times), "gbs": gbs,
-                        "clone_gbs": clone_gbs, "fraction_of_clone": gbs / clone_gbs,
-                    })
-            del a, b
+                    rows.append(
+                        {
+                            "op": op,
+                            "impl": impl,
+                            "n": n,
+                            "dtype": str(dtype).removeprefix("torch."),
+                            "ms": ms,
+                            "ms_min": min(times),
+                            "ms_max": max(times),
+                            "gbs": gbs,
+                            "clone_gbs": clone_gbs,
+                            "fraction_of_clone": gbs / clone_gbs,
+                        }
+                    )
+            a = b = None  # free this size's tensors before the next allocation
             torch.cuda.empty_cache()
     return rows
 
@@ -108,8 +123,10 @@ def main(argv=None) -> int:
         if "skipped" in r:
             print(f"{'':<12}{'':<9}{r['dtype']:<10}{r['n']:>12}  skipped: {r['skipped']}")
             continue
-        print(f"{r['op']:<12}{r['impl']:<9}{r['dtype']:<10}{r['n']:>12}{r['ms']:>10.4f}{r['gbs']:>9.1f}"
-              f"{r['fraction_of_clone']:>8.2f}")
+        print(
+            f"{r['op']:<12}{r['impl']:<9}{r['dtype']:<10}{r['n']:>12}{r['ms']:>10.4f}{r['gbs']:>9.1f}"
+            f"{r['fraction_of_clone']:>8.2f}"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -26,15 +26,32 @@ def _timed(r: dict) -> str:
 
 def markdown(results: dict) -> str:
     m = results["machine"]
-    out = [f"# tierkit benchmark report ({m['date']})", "",
-           f"{m['cpu']}, {m['cores']} cores; Python {m['python']}, torch {m.get('torch')}, numpy {m.get('numpy')}, "
-           f"torch threads {m.get('torch_threads')}. Mode: {'quick' if results['quick'] else 'full'}. "
-           "Every figure is the median of repetitions (min–max in brackets); figures compared with each other "
-           "were measured interleaved in the same repetitions.", "", "## Targets", ""]
-    out.append(_table(["target", "threshold", "measured", "met", "detail"], [
-        [t["target"], t["threshold"], "—" if t["measured"] is None else t["measured"],
-         "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**"), t["detail"]]
-        for t in results["targets"]]))
+    out = [
+        f"# tierkit benchmark report ({m['date']})",
+        "",
+        f"{m['cpu']}, {m['cores']} cores; Python {m['python']}, torch {m.get('torch')}, numpy {m.get('numpy')}, "
+        f"torch threads {m.get('torch_threads')}. Mode: {'quick' if results['quick'] else 'full'}. "
+        "Every figure is the median of repetitions (min–max in brackets); figures compared with each other "
+        "were measured interleaved in the same repetitions.",
+        "",
+        "## Targets",
+        "",
+    ]
+    out.append(
+        _table(
+            ["target", "threshold", "measured", "met", "detail"],
+            [
+                [
+                    t["target"],
+                    t["threshold"],
+                    "—" if t["measured"] is None else t["measured"],
+                    "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**"),
+                    t["detail"],
+                ]
+                for t in results["targets"]
+            ],
+        )
+    )
     sec = results["sections"]
 
     def rows(name):
@@ -44,47 +61,123 @@ def markdown(results: dict) -> str:
         why = sec.get(name, {}).get("skipped")
         return [f"Skipped: {why}.", ""] if why else []
 
-    out += ["", "## 1. The limit: STREAM bandwidth (torch loops, arrays far beyond the caches)", ""] + skipped("stream")
-    out.append(_table(["kernel", "threads", "GB/s", "time"],
-                      [[r["kernel"], r["threads"], f"{r['gbs']:.1f}", _timed(r)] for r in rows("stream")]))
-    out += ["", "## 2. Kernels (float32 unless stated; GB/s = bytes the op must move / time)", ""] + skipped("kernels")
-    out.append(_table(["op", "n", "impl", "dtype", "time", "GB/s", "of STREAM"],
-                      [[r["op"], f"{r['n']:.0e}", r["impl"], r["dtype"], _timed(r), f"{r['gbs']:.1f}",
-                        f"{r['fraction_of_stream']:.2f}" if r.get("fraction_of_stream") else "—"] for r in rows("kernels")]))
+    out += [
+        "",
+        "## 1. The limit: STREAM bandwidth (torch loops, arrays far beyond the caches)",
+        "",
+    ] + skipped("stream")
+    out.append(
+        _table(
+            ["kernel", "threads", "GB/s", "time"],
+            [[r["kernel"], r["threads"], f"{r['gbs']:.1f}", _timed(r)] for r in rows("stream")],
+        )
+    )
+    out += ["", "## 2. Kernels (float32 unless stated; GB/s = bytes the op must move / time)", ""] + skipped(
+        "kernels"
+    )
+    out.append(
+        _table(
+            ["op", "n", "impl", "dtype", "time", "GB/s", "of STREAM"],
+            [
+                [
+                    r["op"],
+                    f"{r['n']:.0e}",
+                    r["impl"],
+                    r["dtype"],
+                    _timed(r),
+                    f"{r['gbs']:.1f}",
+                    f"{r['fraction_of_stream']:.2f}" if r.get("fraction_of_stream") else "—",
+                ]
+                for r in rows("kernels")
+            ],
+        )
+    )
     comp = [r for r in rows("kernels") if r.get("compile_s")]
     if comp:
-        out += ["", "torch.compile compile times (excluded above): " +
-                ", ".join(f"{r['op']} n={r['n']:.0e}: {r['compile_s']:.1f} s" for r in comp)]
+        out += [
+            "",
+            "torch.compile compile times (excluded above): "
+            + ", ".join(f"{r['op']} n={r['n']:.0e}: {r['compile_s']:.1f} s" for r in comp),
+        ]
     speed = []
     for r in rows("kernels"):
         if r["impl"] in ("torch op", "bridge", "bridge out=", "torch add_out") and r["dtype"] == "float32":
-            alts = {a["impl"]: a for a in rows("kernels") if a["op"] == r["op"] and a["n"] == r["n"] and a["dtype"] == "float32"}
-            speed.append([r["op"], f"{r['n']:.0e}", r["impl"]] +
-                         [f"{alts[a]['median_s'] / r['median_s']:.2f}x" if a in alts else "—"
-                          for a in ("numpy", "torch eager", "torch.compile")])
-    out += ["", "Speedup of ours vs each alternative (>1 = ours faster):", "",
-            _table(["op", "n", "ours", "vs numpy", "vs torch eager", "vs torch.compile"], speed)]
+            alts = {
+                a["impl"]: a
+                for a in rows("kernels")
+                if a["op"] == r["op"] and a["n"] == r["n"] and a["dtype"] == "float32"
+            }
+            speed.append(
+                [r["op"], f"{r['n']:.0e}", r["impl"]]
+                + [
+                    f"{alts[a]['median_s'] / r['median_s']:.2f}x" if a in alts else "—"
+                    for a in ("numpy", "torch eager", "torch.compile")
+                ]
+            )
+    out += [
+        "",
+        "Speedup of ours vs each alternative (>1 = ours faster):",
+        "",
+        _table(["op", "n", "ours", "vs numpy", "vs torch eager", "vs torch.compile"], speed),
+    ]
     out += ["", "## 3. The boundary", ""] + skipped("boundary")
-    out.append(_table(["kind", "impl", "n", "time"], [[r["kind"], r["impl"], r["n"], _timed(r)] for r in rows("boundary")]))
+    out.append(
+        _table(
+            ["kind", "impl", "n", "time"],
+            [[r["kind"], r["impl"], r["n"], _timed(r)] for r in rows("boundary")],
+        )
+    )
     out += ["", "## 4. Dispatch latency (1-element tensors)", ""] + skipped("dispatch")
-    out.append(_table(["impl", "process", "per call"], [[r["impl"], r["process"], _timed(r)] for r in rows("dispatch")]))
+    out.append(
+        _table(
+            ["impl", "process", "per call"], [[r["impl"], r["process"], _timed(r)] for r in rows("dispatch")]
+        )
+    )
     for r in sec.get("dispatch", {}).get("rows", []):
         if "skipped" in r:
             out.append(f"\n{r['impl']}: skipped ({r['skipped']}).")
     out += ["", "## 5. DLPack / buffer-protocol export of a tierkit Buffer", ""] + skipped("exports")
-    out.append(_table(["impl", "n", "per call"], [[r["impl"], f"{r['n']:.0e}", _timed(r)] for r in rows("exports")]))
-    out += ["", "## 6. GIL: Python threads calling the bridge's scale_shift(out=), kernels single-threaded", ""] + skipped("gil")
-    out.append(_table(["threads", "wall", "aggregate GB/s", "vs 1 thread"],
-                      [[r["threads"], _timed(r), f"{r['gbs']:.1f}", f"{r['speedup_vs_1']:.2f}x"] for r in rows("gil")]))
+    out.append(
+        _table(["impl", "n", "per call"], [[r["impl"], f"{r['n']:.0e}", _timed(r)] for r in rows("exports")])
+    )
+    out += [
+        "",
+        "## 6. GIL: Python threads calling the bridge's scale_shift(out=), kernels single-threaded",
+        "",
+    ] + skipped("gil")
+    out.append(
+        _table(
+            ["threads", "wall", "aggregate GB/s", "vs 1 thread"],
+            [[r["threads"], _timed(r), f"{r['gbs']:.1f}", f"{r['speedup_vs_1']:.2f}x"] for r in rows("gil")],
+        )
+    )
     out += ["", "## 7. Allocation: where the time of a large new output goes", ""] + skipped("allocation")
-    out.append(_table(["impl", "n", "time", "vs out="],
-                      [[r["impl"], f"{r['n']:.1e}", _timed(r), f"{r['vs_out']:.2f}x"] for r in rows("allocation")]))
+    out.append(
+        _table(
+            ["impl", "n", "time", "vs out="],
+            [[r["impl"], f"{r['n']:.1e}", _timed(r), f"{r['vs_out']:.2f}x"] for r in rows("allocation")],
+        )
+    )
     out += ["", "## 8. GPU", ""] + skipped("gpu")
     g = [r for r in sec.get("gpu", {}).get("rows", []) if "ms" in r]
     if g:
-        out.append(_table(["op", "impl", "dtype", "n", "ms", "GB/s", "of clone"],
-                          [[r["op"], r["impl"], r["dtype"], r["n"], f"{r['ms']:.4f}", f"{r['gbs']:.1f}",
-                            f"{r['fraction_of_clone']:.2f}"] for r in g]))
+        out.append(
+            _table(
+                ["op", "impl", "dtype", "n", "ms", "GB/s", "of clone"],
+                [
+                    [
+                        r["op"],
+                        r["impl"],
+                        r["dtype"],
+                        r["n"],
+                        f"{r['ms']:.4f}",
+                        f"{r['gbs']:.1f}",
+                        f"{r['fraction_of_clone']:.2f}",
+                    ]
+                    for r in g
+                ],
+            )
+        )
     out += ["", "Plots: `kernels_gbs.png`, `boundary.png`, `dispatch.png`.", ""]
     return "\n".join(out)
 
@@ -100,13 +193,17 @@ def plots(results: dict, out_dir: str) -> list[str]:
     made = []
     sec = results["sections"]
     k = [r for r in sec.get("kernels", {}).get("rows", []) if "median_s" in r and r["dtype"] == "float32"]
-    stream = {(r["kernel"], r["threads"]): r["gbs"] for r in sec.get("stream", {}).get("rows", []) if "gbs" in r}
+    stream = {
+        (r["kernel"], r["threads"]): r["gbs"] for r in sec.get("stream", {}).get("rows", []) if "gbs" in r
+    }
     if k:
         fig, axes = plt.subplots(1, 2, figsize=(13, 5))
         for ax, op, ref in ((axes[0], "scale_shift", "scale"), (axes[1], "add", "add")):
             for impl in sorted({r["impl"] for r in k if r["op"] == op}):
                 pts = sorted((r["n"], r["gbs"]) for r in k if r["op"] == op and r["impl"] == impl)
-                ax.plot(*zip(*pts), marker="o", label=impl, linestyle="--" if impl.startswith("STREAM") else "-")
+                ax.plot(
+                    *zip(*pts), marker="o", label=impl, linestyle="--" if impl.startswith("STREAM") else "-"
+                )
             for (kern, threads), gbs in stream.items():
                 if kern == ref:
                     ax.axhline(gbs, color="grey", linestyle=":", label=f"STREAM {ref}, {threads} thread(s)")
@@ -136,8 +233,14 @@ def plots(results: dict, out_dir: str) -> list[str]:
     if d:
         fig, ax = plt.subplots(figsize=(8, 4))
         labels = [f"{r['impl']}\n({r['process']})" for r in d]
-        ax.barh(labels, [r["median_s"] * 1e6 for r in d],
-                xerr=[[(r["median_s"] - r["min_s"]) * 1e6 for r in d], [(r["max_s"] - r["median_s"]) * 1e6 for r in d]])
+        ax.barh(
+            labels,
+            [r["median_s"] * 1e6 for r in d],
+            xerr=[
+                [(r["median_s"] - r["min_s"]) * 1e6 for r in d],
+                [(r["max_s"] - r["median_s"]) * 1e6 for r in d],
+            ],
+        )
         ax.set_xlabel("microseconds per call, 1-element tensors")
         ax.tick_params(axis="y", labelsize=7)
         fig.tight_layout()

@@ -71,7 +71,9 @@ def stream(cfg: Config) -> list[dict]:
             samples = interleaved({k: fn for k, (fn, _) in kernels.items()}, cfg.reps)
             for k, (_, arrays) in kernels.items():
                 s = samples[k]
-                rows.append(_row("stream", s, kernel=k, threads=threads, n=n, gbs=_gbs(arrays * n * 4, s.median)))
+                rows.append(
+                    _row("stream", s, kernel=k, threads=threads, n=n, gbs=_gbs(arrays * n * 4, s.median))
+                )
     finally:
         torch.set_num_threads(saved)
     return rows
@@ -81,7 +83,11 @@ def stream(cfg: Config) -> list[dict]:
 
 
 def kernel_sizes(cfg: Config) -> list[int]:
-    return [1_000, 100_000, 1_000_000] if cfg.quick else [1_000, 10_000, 100_000, 1_000_000, 16_000_000, 64_000_000]
+    return (
+        [1_000, 100_000, 1_000_000]
+        if cfg.quick
+        else [1_000, 10_000, 100_000, 1_000_000, 16_000_000, 64_000_000]
+    )
 
 
 def kernels(cfg: Config) -> list[dict]:
@@ -122,7 +128,10 @@ def kernels(cfg: Config) -> list[dict]:
             "STREAM add": lambda: torch.add(xt, yt, out=outt),
         }
         if compiled_ss is not None:
-            for name, fn, impls in (("scale_shift", lambda: compiled_ss(xt), ss), ("add", lambda: compiled_add(xt, yt), add)):
+            for name, fn, impls in (
+                ("scale_shift", lambda: compiled_ss(xt), ss),
+                ("add", lambda: compiled_add(xt, yt), add),
+            ):
                 t0 = time.perf_counter()
                 fn()
                 compile_s[name] = time.perf_counter() - t0
@@ -130,20 +139,44 @@ def kernels(cfg: Config) -> list[dict]:
         for op, impls, arrays, ref in (("scale_shift", ss, 2, "STREAM scale"), ("add", add, 3, "STREAM add")):
             samples = interleaved(impls, reps, inner)
             for impl, s in samples.items():
-                rows.append(_row("kernels", s, op=op, impl=impl, dtype="float32", n=n,
-                                 gbs=_gbs(arrays * n * 4, s.median),
-                                 fraction_of_stream=paired_ratio(samples[ref], s),
-                                 compile_s=compile_s.get(op) if impl == "torch.compile" else None))
+                rows.append(
+                    _row(
+                        "kernels",
+                        s,
+                        op=op,
+                        impl=impl,
+                        dtype="float32",
+                        n=n,
+                        gbs=_gbs(arrays * n * 4, s.median),
+                        fraction_of_stream=paired_ratio(samples[ref], s),
+                        compile_s=compile_s.get(op) if impl == "torch.compile" else None,
+                    )
+                )
         # The torch op on the other dtypes, against eager.
         if n >= 100_000:
             for dtype in (torch.float64, torch.bfloat16):
                 xd = xt.to(dtype)
-                samples = interleaved({"torch op": lambda: ops.scale_shift(xd, ALPHA, BETA),
-                                       "torch eager": lambda: ALPHA * xd + BETA}, reps, inner)
+                samples = interleaved(
+                    {
+                        "torch op": lambda: ops.scale_shift(xd, ALPHA, BETA),
+                        "torch eager": lambda: ALPHA * xd + BETA,
+                    },
+                    reps,
+                    inner,
+                )
                 item = xd.element_size()
                 for impl, s in samples.items():
-                    rows.append(_row("kernels", s, op="scale_shift", impl=impl, dtype=str(dtype).removeprefix("torch."),
-                                     n=n, gbs=_gbs(2 * n * item, s.median)))
+                    rows.append(
+                        _row(
+                            "kernels",
+                            s,
+                            op="scale_shift",
+                            impl=impl,
+                            dtype=str(dtype).removeprefix("torch."),
+                            n=n,
+                            gbs=_gbs(2 * n * item, s.median),
+                        )
+                    )
     return rows
 
 
@@ -164,10 +197,17 @@ def boundary(cfg: Config) -> list[dict]:
         lx, ly = x.tolist(), y.tolist()
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         reps = 3 if n >= 1_000_000 else cfg.reps
-        slow = interleaved({"vector_add_list": lambda: tb.vector_add_list(lx, ly)}, reps, inner_for(n * 60e-9, 0.05))
-        fast = interleaved({"bridge add (numpy, zero-copy)": lambda: tb.add(x, y),
-                            "torch op custom_add": lambda: torch.ops.tierkit.custom_add(xt, yt)},
-                           reps, inner_for(n * 4 / 10e9))
+        slow = interleaved(
+            {"vector_add_list": lambda: tb.vector_add_list(lx, ly)}, reps, inner_for(n * 60e-9, 0.05)
+        )
+        fast = interleaved(
+            {
+                "bridge add (numpy, zero-copy)": lambda: tb.add(x, y),
+                "torch op custom_add": lambda: torch.ops.tierkit.custom_add(xt, yt),
+            },
+            reps,
+            inner_for(n * 4 / 10e9),
+        )
         for impl, s in {**slow, **fast}.items():
             rows.append(_row("boundary", s, kind="size", impl=impl, n=n))
     py_noop = lambda: None  # noqa: E731
@@ -183,8 +223,10 @@ def boundary(cfg: Config) -> list[dict]:
         for xi, oi in zip(rows_x, rows_out):
             tb.scale_shift(xi, ALPHA, BETA, out=oi)
 
-    batch = interleaved({"1000 calls x 1000": many, "1 call x 1000000": lambda: tb.scale_shift(x, ALPHA, BETA, out=out)},
-                        cfg.reps)
+    batch = interleaved(
+        {"1000 calls x 1000": many, "1 call x 1000000": lambda: tb.scale_shift(x, ALPHA, BETA, out=out)},
+        cfg.reps,
+    )
     for impl, s in batch.items():
         rows.append(_row("boundary", s, kind="batching", impl=impl, n=1_000_000))
     return rows
@@ -211,23 +253,43 @@ def dispatch(cfg: Config) -> list[dict]:
     tt = _need("tierkit_torch")
     a, b = torch.ones(1), torch.ones(1)
     aten, custom = torch.ops.aten.add.Tensor, torch.ops.tierkit.custom_add.default
-    samples = interleaved({
-        "torch.add": lambda: torch.add(a, b),
-        "torch.ops.aten.add.Tensor": lambda: aten(a, b),
-        "torch.ops.tierkit.custom_add.default": lambda: custom(a, b),
-        "tierkit_torch.custom_add (typed face)": lambda: tt.custom_add(a, b),
-    }, cfg.reps * 2, 20_000)
+    samples = interleaved(
+        {
+            "torch.add": lambda: torch.add(a, b),
+            "torch.ops.aten.add.Tensor": lambda: aten(a, b),
+            "torch.ops.tierkit.custom_add.default": lambda: custom(a, b),
+            "tierkit_torch.custom_add (typed face)": lambda: tt.custom_add(a, b),
+        },
+        cfg.reps * 2,
+        20_000,
+    )
     rows = [_row("dispatch", s, impl=impl, process="main") for impl, s in samples.items()]
     if cfg.quick:
-        rows.append({"section": "dispatch", "impl": "JIT-built custom_add", "skipped": "not in --quick (needs a ~30 s JIT build)"})
+        rows.append(
+            {
+                "section": "dispatch",
+                "impl": "JIT-built custom_add",
+                "skipped": "not in --quick (needs a ~30 s JIT build)",
+            }
+        )
         return rows
     cfg.log("dispatch: JIT build in a subprocess")
     build = os.path.join(cfg.out_dir, "jit-build")
     os.makedirs(build, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-c", JIT_PROBE, build, str(cfg.reps)], capture_output=True, text=True,
-                          env={**os.environ, "TIERKIT_TORCH_JIT": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", JIT_PROBE, build, str(cfg.reps)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TIERKIT_TORCH_JIT": "1"},
+    )
     if proc.returncode != 0:
-        rows.append({"section": "dispatch", "impl": "JIT-built custom_add", "skipped": f"JIT build failed: {proc.stderr[-300:]}"})
+        rows.append(
+            {
+                "section": "dispatch",
+                "impl": "JIT-built custom_add",
+                "skipped": f"JIT build failed: {proc.stderr[-300:]}",
+            }
+        )
         return rows
     for impl, values in json.loads(proc.stdout.strip().splitlines()[-1]).items():
         rows.append(_row("dispatch", Samples(values), impl=impl, process="JIT subprocess"))
@@ -242,14 +304,18 @@ def exports(cfg: Config) -> list[dict]:
     torch = _need("torch")
     tb = _need("tierkit_bridge")
     rows = []
-    for n in ([1_000, 1_000_000] if cfg.quick else [1_000, 64_000_000]):
+    for n in [1_000, 1_000_000] if cfg.quick else [1_000, 64_000_000]:
         buf = tb.Buffer.empty(n, "float32")
-        samples = interleaved({
-            "np.from_dlpack": lambda: np.from_dlpack(buf),
-            "torch.from_dlpack": lambda: torch.from_dlpack(buf),
-            "np.asarray (buffer protocol)": lambda: np.asarray(buf),
-            "memoryview": lambda: memoryview(buf),
-        }, cfg.reps, 5_000)
+        samples = interleaved(
+            {
+                "np.from_dlpack": lambda: np.from_dlpack(buf),
+                "torch.from_dlpack": lambda: torch.from_dlpack(buf),
+                "np.asarray (buffer protocol)": lambda: np.asarray(buf),
+                "memoryview": lambda: memoryview(buf),
+            },
+            cfg.reps,
+            5_000,
+        )
         rows += [_row("exports", s, impl=impl, n=n) for impl, s in samples.items()]
     return rows
 
@@ -284,8 +350,16 @@ def gil(cfg: Config) -> list[dict]:
                     t.join()
                 walls.append(time.perf_counter() - t0)
             s = Samples(walls)
-            rows.append(_row("gil", s, threads=k, n=n, calls_per_thread=calls,
-                             gbs=_gbs(k * calls * 2 * n * 4, s.median)))
+            rows.append(
+                _row(
+                    "gil",
+                    s,
+                    threads=k,
+                    n=n,
+                    calls_per_thread=calls,
+                    gbs=_gbs(k * calls * 2 * n * 4, s.median),
+                )
+            )
     finally:
         tb.set_num_threads(saved)
     base = rows[0]["gbs"]

@@ -25,15 +25,27 @@ def evaluate(results: dict) -> list[dict]:
     big = [n for n in {r["n"] for r in k} if n >= 16_000_000]
 
     # Bandwidth into a preallocated output vs STREAM, same repetition.
-    for op, impl, ref in (("scale_shift", "bridge out=", "STREAM scale"), ("add", "torch add_out", "STREAM add")):
+    for op, impl, ref in (
+        ("scale_shift", "bridge out=", "STREAM scale"),
+        ("add", "torch add_out", "STREAM add"),
+    ):
         name = f"{impl} {op} >= 0.9 x {ref} at >= 1.6e7 float32"
         rows = [r for n in big for r in _pick(k, op=op, impl=impl, n=n, dtype="float32")]
         if not rows:
             out.append(_not_measured(name, 0.9, "no size >= 1.6e7 in this run (--quick)"))
             continue
         worst = min(r["fraction_of_stream"] for r in rows)
-        out.append(_target(name, 0.9, round(worst, 3), worst >= 0.9,
-                           "; ".join(f"n={r['n']:.1e}: {r['gbs']:.1f} GB/s ({r['fraction_of_stream']:.2f})" for r in rows)))
+        out.append(
+            _target(
+                name,
+                0.9,
+                round(worst, 3),
+                worst >= 0.9,
+                "; ".join(
+                    f"n={r['n']:.1e}: {r['gbs']:.1f} GB/s ({r['fraction_of_stream']:.2f})" for r in rows
+                ),
+            )
+        )
 
     # The allocating torch op vs eager, numpy, torch.compile.
     for alt, factor in (("torch eager", 1.5), ("numpy", 1.5), ("torch.compile", 1.0)):
@@ -49,8 +61,15 @@ def evaluate(results: dict) -> list[dict]:
             out.append(_not_measured(name, factor, f"{alt} not measured at >= 1.6e7 in this run"))
             continue
         worst = min(p for _, p in pairs)
-        out.append(_target(name, factor, round(worst, 2), worst >= factor * (0.98 if factor == 1.0 else 1.0),
-                           "; ".join(f"n={n:.1e}: {p:.2f}x" for n, p in pairs)))
+        out.append(
+            _target(
+                name,
+                factor,
+                round(worst, 2),
+                worst >= factor * (0.98 if factor == 1.0 else 1.0),
+                "; ".join(f"n={n:.1e}: {p:.2f}x" for n, p in pairs),
+            )
+        )
 
     # Caching allocator: allocating call within 1.3x of out=.
     a = _rows(results, "allocation")
@@ -79,8 +98,15 @@ def evaluate(results: dict) -> list[dict]:
     name = "torch.ops.tierkit.custom_add.default <= 1.3 x torch.ops.aten.add.Tensor (1 element)"
     if ours and aten:
         ratio = ours[0]["median_s"] / aten[0]["median_s"]  # both medians from the same interleaved run
-        out.append(_target(name, 1.3, round(ratio, 2), ratio <= 1.3,
-                           f"{ours[0]['median_s'] * 1e6:.2f} us vs {aten[0]['median_s'] * 1e6:.2f} us"))
+        out.append(
+            _target(
+                name,
+                1.3,
+                round(ratio, 2),
+                ratio <= 1.3,
+                f"{ours[0]['median_s'] * 1e6:.2f} us vs {aten[0]['median_s'] * 1e6:.2f} us",
+            )
+        )
 
     # Export cost must not grow with size.
     e = _rows(results, "exports")
@@ -94,7 +120,11 @@ def evaluate(results: dict) -> list[dict]:
             worst = max(worst, ratio)
             detail.append(f"{impl}: {ratio:.2f}")
         met = worst <= 2.0 if sizes[-1] >= 64_000_000 else None
-        out.append(_target(name, 2.0, round(worst, 2), met, f"n={sizes[-1]:.1e} vs {sizes[0]:.0e}: " + "; ".join(detail)))
+        out.append(
+            _target(
+                name, 2.0, round(worst, 2), met, f"n={sizes[-1]:.1e} vs {sizes[0]:.0e}: " + "; ".join(detail)
+            )
+        )
 
     # GPU.
     g = results["sections"].get("gpu", {})

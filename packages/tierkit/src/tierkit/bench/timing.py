@@ -39,14 +39,16 @@ def per_call(fn: Callable[[], object], inner: int) -> float:
     return (time.perf_counter() - start) / inner
 
 
-def interleaved(impls: dict[str, Callable[[], object]], reps: int, inner: int = 1, warmup: int = 1) -> dict[str, Samples]:
+def interleaved(
+    impls: dict[str, Callable[[], object]], reps: int, inner: int = 1, warmup: int = 1
+) -> dict[str, Samples]:
     for fn in impls.values():
         for _ in range(warmup):
             fn()
     names = list(impls)
     out: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(reps):
-        order = names[rep % len(names):] + names[: rep % len(names)]  # rotate: no fixed position bias
+        order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate: no fixed position bias
         for name in order:
             out[name].append(per_call(impls[name], inner))
     return {name: Samples(values) for name, values in out.items()}

@@ -46,46 +46,82 @@ ECHOES = [
 
 # (layer, pattern, explanation, fix), most specific first.
 RULES: list[tuple[str, str, str, str]] = [
-    ("ninja", r"Ninja is required to load C\+\+ extensions|ninja: (command )?not found|No such file or directory: 'ninja'",
-     "torch's JIT load() (and BuildExtension with use_ninja) needs the ninja build tool",
-     "install ninja: apt-get install ninja-build, or pip install ninja"),
-    ("cuda-toolchain", r"CUDA_HOME environment variable is not set|nvcc not found",
-     "torch could not find the CUDA toolkit",
-     "export CUDA_HOME=/usr/local/cuda (the directory holding bin/nvcc)"),
-    ("cuda-toolchain", r"in _get_cuda_arch_flags",
-     "no GPU is visible and TORCH_CUDA_ARCH_LIST is unset, so torch has no CUDA architecture to compile for "
-     "(it fails with an IndexError inside _get_cuda_arch_flags)",
-     "export TORCH_CUDA_ARCH_LIST=\"9.0\" (your GPUs' compute capabilities) before building"),
-    ("cuda-toolchain", r"detected CUDA version \(.*\) mismatches the version that was used to compile",
-     "nvcc's CUDA major version differs from the one torch was built with",
-     "use the CUDA toolkit matching torch.version.cuda, or install the torch build for your toolkit"),
-    ("cuda-toolchain", r"no kernel image is available for execution on the device",
-     "the extension has no code for this GPU's architecture",
-     "rebuild with TORCH_CUDA_ARCH_LIST including this GPU's compute capability (torch.cuda.get_device_capability())"),
-    ("cuda-toolchain", r"cannot find -lcudart|cannot find -lcuda\b|libcudart\.so.*cannot open",
-     "the CUDA runtime library was not found at link time: CUDA_HOME points at the wrong directory "
-     "(typically /usr/local, guessed from a wrapper nvcc in /usr/local/bin)",
-     "export CUDA_HOME=/usr/local/cuda (the toolkit root, with lib64/libcudart.so) and rebuild"),
-    ("abi", r"undefined symbol: .*(__cxx11|_ZN3c10.*Ss|_ZN2at.*Ss|_ZN5torch.*Ss)",
-     "the extension and torch disagree on the C++ standard-library ABI (_GLIBCXX_USE_CXX11_ABI): "
-     "std::string symbols are mangled differently",
-     "rebuild without forcing -D_GLIBCXX_USE_CXX11_ABI, against the installed torch (pip install --no-build-isolation)"),
-    ("loader", r"undefined symbol:",
-     "the shared library loaded but references a symbol nothing provides: a function declared and never defined, "
-     "a library not linked, or an extension built against another torch",
-     "define/link the symbol; if it is a torch symbol, rebuild against the installed torch with --no-build-isolation"),
-    ("loader", r"cannot open shared object file|ImportError|ModuleNotFoundError|DLL load failed",
-     "the import could not load a shared library or module",
-     "check the library is installed and on the loader path (import torch before the extension; LD_LIBRARY_PATH)"),
-    ("linker", r"undefined reference to|cannot find -l|multiple definition of|relocation .* against",
-     "the objects compiled but the linker could not resolve or place a symbol",
-     "add the missing source/library to the link (or remove the duplicate definition)"),
-    ("compiler", r"fatal error: .*: No such file or directory",
-     "a header was not found: the include path is missing a directory",
-     "add the include directory (e.g. tierkit_core.get_include(), torch include paths) or install the package"),
-    ("compiler", r"\b(error|Error)( #\d+)?:|no matching function for call|was not declared in this scope|expected .* before",
-     "the compiler rejected the source: a syntax or type error",
-     "fix the code at the file:line quoted"),
+    (
+        "ninja",
+        r"Ninja is required to load C\+\+ extensions|ninja: (command )?not found|No such file or directory: 'ninja'",
+        "torch's JIT load() (and BuildExtension with use_ninja) needs the ninja build tool",
+        "install ninja: apt-get install ninja-build, or pip install ninja",
+    ),
+    (
+        "cuda-toolchain",
+        r"CUDA_HOME environment variable is not set|nvcc not found",
+        "torch could not find the CUDA toolkit",
+        "export CUDA_HOME=/usr/local/cuda (the directory holding bin/nvcc)",
+    ),
+    (
+        "cuda-toolchain",
+        r"in _get_cuda_arch_flags",
+        "no GPU is visible and TORCH_CUDA_ARCH_LIST is unset, so torch has no CUDA architecture to compile for "
+        "(it fails with an IndexError inside _get_cuda_arch_flags)",
+        'export TORCH_CUDA_ARCH_LIST="9.0" (your GPUs\' compute capabilities) before building',
+    ),
+    (
+        "cuda-toolchain",
+        r"detected CUDA version \(.*\) mismatches the version that was used to compile",
+        "nvcc's CUDA major version differs from the one torch was built with",
+        "use the CUDA toolkit matching torch.version.cuda, or install the torch build for your toolkit",
+    ),
+    (
+        "cuda-toolchain",
+        r"no kernel image is available for execution on the device",
+        "the extension has no code for this GPU's architecture",
+        "rebuild with TORCH_CUDA_ARCH_LIST including this GPU's compute capability (torch.cuda.get_device_capability())",
+    ),
+    (
+        "cuda-toolchain",
+        r"cannot find -lcudart|cannot find -lcuda\b|libcudart\.so.*cannot open",
+        "the CUDA runtime library was not found at link time: CUDA_HOME points at the wrong directory "
+        "(typically /usr/local, guessed from a wrapper nvcc in /usr/local/bin)",
+        "export CUDA_HOME=/usr/local/cuda (the toolkit root, with lib64/libcudart.so) and rebuild",
+    ),
+    (
+        "abi",
+        r"undefined symbol: .*(__cxx11|_ZN3c10.*Ss|_ZN2at.*Ss|_ZN5torch.*Ss)",
+        "the extension and torch disagree on the C++ standard-library ABI (_GLIBCXX_USE_CXX11_ABI): "
+        "std::string symbols are mangled differently",
+        "rebuild without forcing -D_GLIBCXX_USE_CXX11_ABI, against the installed torch (pip install --no-build-isolation)",
+    ),
+    (
+        "loader",
+        r"undefined symbol:",
+        "the shared library loaded but references a symbol nothing provides: a function declared and never defined, "
+        "a library not linked, or an extension built against another torch",
+        "define/link the symbol; if it is a torch symbol, rebuild against the installed torch with --no-build-isolation",
+    ),
+    (
+        "loader",
+        r"cannot open shared object file|ImportError|ModuleNotFoundError|DLL load failed",
+        "the import could not load a shared library or module",
+        "check the library is installed and on the loader path (import torch before the extension; LD_LIBRARY_PATH)",
+    ),
+    (
+        "linker",
+        r"undefined reference to|cannot find -l|multiple definition of|relocation .* against",
+        "the objects compiled but the linker could not resolve or place a symbol",
+        "add the missing source/library to the link (or remove the duplicate definition)",
+    ),
+    (
+        "compiler",
+        r"fatal error: .*: No such file or directory",
+        "a header was not found: the include path is missing a directory",
+        "add the include directory (e.g. tierkit_core.get_include(), torch include paths) or install the package",
+    ),
+    (
+        "compiler",
+        r"\b(error|Error)( #\d+)?:|no matching function for call|was not declared in this scope|expected .* before",
+        "the compiler rejected the source: a syntax or type error",
+        "fix the code at the file:line quoted",
+    ),
 ]
 
 
@@ -114,4 +150,4 @@ def explain(text: str) -> Diagnosis | None:
 def render(d: Diagnosis | None) -> str:
     if d is None:
         return "no known failure pattern found; the first 'error' line in the log is the place to start"
-    return (f"layer: {d.layer}\nline {d.line_number}: {d.line}\nwhy: {d.explanation}\nfix: {d.fix}")
+    return f"layer: {d.layer}\nline {d.line_number}: {d.line}\nwhy: {d.explanation}\nfix: {d.fix}"

@@ -50,7 +50,9 @@ def stale_locks(root: Path, older_than_min: float) -> list[Path]:
     return [p for p in find_locks(root) if str(p) not in held and p.stat().st_mtime < cutoff]
 
 
-def jit_cache_checks(fix: bool = False, older_than_min: float = 10.0, root: Path | None = None) -> list[Check]:
+def jit_cache_checks(
+    fix: bool = False, older_than_min: float = 10.0, root: Path | None = None
+) -> list[Check]:
     root = root or cache_dir()
     if not root.exists():
         return [ok("JIT cache", f"{root} (not created yet)")]
@@ -62,7 +64,12 @@ def jit_cache_checks(fix: bool = False, older_than_min: float = 10.0, root: Path
             lock.unlink()
         checks.append(ok("JIT locks", f"removed {len(stale)} stale lock(s): {', '.join(map(str, stale))}"))
     elif stale:
-        checks.append(warn("JIT locks", f"{len(stale)} stale (no process holds them, older than {older_than_min:g} min): "
-                                        f"{', '.join(map(str, stale))}",
-                           "a killed build left them and load() will wait forever: run `tierkit doctor --fix`"))
+        checks.append(
+            warn(
+                "JIT locks",
+                f"{len(stale)} stale (no process holds them, older than {older_than_min:g} min): "
+                f"{', '.join(map(str, stale))}",
+                "a killed build left them and load() will wait forever: run `tierkit doctor --fix`",
+            )
+        )
     return checks

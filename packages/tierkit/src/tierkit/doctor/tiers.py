@@ -64,22 +64,37 @@ def tier_checks(tier: TierInfo, torch_info: dict | None) -> list[Check]:
         return [warn(name, "not installed", f"pip install packages/{_dir(tier)} (see its README)")]
     imported = _import(tier.module)  # in a subprocess: a crashing extension is a finding
     if not imported.ok:
-        return [fail(name, f"{version} installed but `import {tier.module}` failed: {probe.tail(imported.stderr)}",
-                     f"run `tierkit doctor explain` on the error; rebuild with `pip install --no-build-isolation packages/{_dir(tier)}`")]
+        return [
+            fail(
+                name,
+                f"{version} installed but `import {tier.module}` failed: {probe.tail(imported.stderr)}",
+                f"run `tierkit doctor explain` on the error; rebuild with `pip install --no-build-isolation packages/{_dir(tier)}`",
+            )
+        ]
     checks = [ok(name, f"{tier.distribution} {version} imports")]
     if not tier.torch:
         return checks
     info = build_info(tier.module)
     if info and torch_info:
         if info.get("TORCH_VERSION") != torch_info["version"]:
-            checks.append(fail(f"{name} torch", f"built against torch {info.get('TORCH_VERSION')}, running {torch_info['version']}",
-                               f"rebuild against the installed torch: pip install --no-build-isolation packages/{_dir(tier)} "
-                               "(build isolation installs a second torch to build against)"))
+            checks.append(
+                fail(
+                    f"{name} torch",
+                    f"built against torch {info.get('TORCH_VERSION')}, running {torch_info['version']}",
+                    f"rebuild against the installed torch: pip install --no-build-isolation packages/{_dir(tier)} "
+                    "(build isolation installs a second torch to build against)",
+                )
+            )
         else:
             checks.append(ok(f"{name} torch", f"built against the installed torch {info['TORCH_VERSION']}"))
         if info.get("CXX11_ABI") != torch_info["abi"]:
-            checks.append(fail(f"{name} ABI", f"built with CXX11 ABI {info.get('CXX11_ABI')}, torch uses {torch_info['abi']}",
-                               "rebuild without overriding -D_GLIBCXX_USE_CXX11_ABI"))
+            checks.append(
+                fail(
+                    f"{name} ABI",
+                    f"built with CXX11 ABI {info.get('CXX11_ABI')}, torch uses {torch_info['abi']}",
+                    "rebuild without overriding -D_GLIBCXX_USE_CXX11_ABI",
+                )
+            )
         else:
             checks.append(ok(f"{name} ABI", f"CXX11 ABI {info['CXX11_ABI']} (same as torch)"))
     keys, result = probe.python_json(OPS_PROBE.format(module=tier.module, ops=OPS, keys=KEYS))
@@ -91,7 +106,13 @@ def tier_checks(tier: TierInfo, torch_info: dict | None) -> list[Check]:
         expected_key = "CUDA" if tier.module == "tierkit_cuda" else "CPU"
         lacking = [op for op, k in keys.items() if expected_key not in k]
         if missing or lacking:
-            checks.append(fail(f"{name} ops", f"{summary}; missing {missing or lacking} for {expected_key}", "reinstall the tier"))
+            checks.append(
+                fail(
+                    f"{name} ops",
+                    f"{summary}; missing {missing or lacking} for {expected_key}",
+                    "reinstall the tier",
+                )
+            )
         else:
             checks.append(ok(f"{name} ops", summary))
     return checks
@@ -104,5 +125,9 @@ def _import(module: str) -> probe.Result:
 
 
 def _dir(tier: TierInfo) -> str:
-    return {"tierkit_core": "cpp-core", "tierkit_bridge": "pybind-bridge", "tierkit_torch": "torch-cpu",
-            "tierkit_cuda": "torch-cuda"}[tier.module]
+    return {
+        "tierkit_core": "cpp-core",
+        "tierkit_bridge": "pybind-bridge",
+        "tierkit_torch": "torch-cpu",
+        "tierkit_cuda": "torch-cuda",
+    }[tier.module]

@@ -18,12 +18,18 @@ def python_checks() -> list[Check]:
     checks = [
         ok("python", f"{version} ({sys.executable})")
         if sys.version_info >= (3, 10)
-        else warn("python", version, "torch tiers need Python >= 3.10 (their wheels use the 3.10 limited API)"),
+        else warn(
+            "python", version, "torch tiers need Python >= 3.10 (their wheels use the 3.10 limited API)"
+        ),
         ok("platform", f"{platform.system()} {platform.machine()} ({platform.platform()})"),
     ]
     free_threaded = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
     checks.append(
-        warn("free-threaded", "yes (no GIL)", "torch and the limited-API tier wheels target the GIL build; use a regular CPython")
+        warn(
+            "free-threaded",
+            "yes (no GIL)",
+            "torch and the limited-API tier wheels target the GIL build; use a regular CPython",
+        )
         if free_threaded
         else ok("free-threaded", "no (regular GIL build)")
     )
@@ -53,7 +59,13 @@ int main() {
 def compiler_checks() -> list[Check]:
     cxx = find_cxx()
     if cxx is None:
-        return [fail("c++ compiler", "not found (CXX, c++, g++, clang++)", "install g++ (apt-get install g++) or set CXX")]
+        return [
+            fail(
+                "c++ compiler",
+                "not found (CXX, c++, g++, clang++)",
+                "install g++ (apt-get install g++) or set CXX",
+            )
+        ]
     version = probe.run([cxx, "--version"]).stdout.splitlines()[:1]
     checks = [ok("c++ compiler", f"{cxx}: {version[0] if version else '?'}")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -77,12 +89,18 @@ def build_tool_checks() -> list[Check]:
         checks.append(ok("ninja", f"{probe.run([ninja, '--version']).stdout.strip()} ({ninja})"))
     else:
         checks.append(
-            fail("ninja", "not found", "install ninja (apt-get install ninja-build or pip install ninja): torch's JIT load() requires it")
+            fail(
+                "ninja",
+                "not found",
+                "install ninja (apt-get install ninja-build or pip install ninja): torch's JIT load() requires it",
+            )
         )
     cmake = probe.which("cmake")
     if cmake:
         line = probe.run([cmake, "--version"]).stdout.splitlines()[:1]
         checks.append(ok("cmake", line[0] if line else cmake))
     else:
-        checks.append(fail("cmake", "not found", "install cmake >= 3.18 (apt-get install cmake or pip install cmake)"))
+        checks.append(
+            fail("cmake", "not found", "install cmake >= 3.18 (apt-get install cmake or pip install cmake)")
+        )
     return checks

@@ -32,17 +32,36 @@ def torch_info() -> tuple[dict | None, str]:
 def torch_checks(info: dict | None, error: str) -> list[Check]:
     if info is None:
         if "No module named 'torch'" in error:
-            return [warn("torch", "not installed", "pip install torch==2.14.1 (CUDA build) or torch==2.13.0 (CPU) for the torch tiers")]
-        return [fail("torch", f"import failed: {error}", "reinstall torch; run `tierkit doctor explain` on the traceback")]
+            return [
+                warn(
+                    "torch",
+                    "not installed",
+                    "pip install torch==2.14.1 (CUDA build) or torch==2.13.0 (CPU) for the torch tiers",
+                )
+            ]
+        return [
+            fail(
+                "torch",
+                f"import failed: {error}",
+                "reinstall torch; run `tierkit doctor explain` on the traceback",
+            )
+        ]
     checks = [
         ok("torch", f"{info['version']} ({Path(info['file']).parent})"),
-        ok("torch.version.cuda", str(info["cuda"]) + ("" if info["cuda"] else " (CPU-only build: no CUDA tier)")),
+        ok(
+            "torch.version.cuda",
+            str(info["cuda"]) + ("" if info["cuda"] else " (CPU-only build: no CUDA tier)"),
+        ),
         ok("torch CXX11 ABI", str(info["abi"])),
     ]
     checks.append(
         ok("torch.cuda.is_available", "True")
         if info["available"]
-        else warn("torch.cuda.is_available", "False", "no usable GPU here: CUDA tiers build, but their GPU tests skip")
+        else warn(
+            "torch.cuda.is_available",
+            "False",
+            "no usable GPU here: CUDA tiers build, but their GPU tests skip",
+        )
     )
     return checks
 
@@ -116,8 +135,13 @@ def cuda_checks(info: dict | None) -> list[Check]:
         home, how = "/usr/local/cuda", "tierkit default"
     if not is_toolkit(home):
         status = fail if torch_cuda else warn
-        checks.append(status("CUDA_HOME", f"{home} ({how}): no bin/nvcc with lib64/libcudart.so beside it",
-                             "install the CUDA toolkit and export CUDA_HOME=<root with bin/nvcc>"))
+        checks.append(
+            status(
+                "CUDA_HOME",
+                f"{home} ({how}): no bin/nvcc with lib64/libcudart.so beside it",
+                "install the CUDA toolkit and export CUDA_HOME=<root with bin/nvcc>",
+            )
+        )
         return checks
     nvcc = str(Path(home, "bin", "nvcc"))
     checks.append(ok("CUDA_HOME", f"{home} ({how})"))
@@ -133,7 +157,13 @@ def cuda_checks(info: dict | None) -> list[Check]:
             fix = f"use a CUDA {torch_cuda} toolkit, or the torch build for CUDA {toolkit}"
             checks.append((fail if level == "fail" else warn)("nvcc vs torch", text, fix))
     else:
-        checks.append(warn("nvcc", f"{toolkit}, but torch is a CPU-only build", "install the CUDA build of torch for the CUDA tier"))
+        checks.append(
+            warn(
+                "nvcc",
+                f"{toolkit}, but torch is a CPU-only build",
+                "install the CUDA build of torch for the CUDA tier",
+            )
+        )
 
     arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
     caps = [f"{a}.{b}" for a, b in (info or {}).get("capabilities", [])]
@@ -143,16 +173,30 @@ def cuda_checks(info: dict | None) -> list[Check]:
         checks.append(
             ok("TORCH_CUDA_ARCH_LIST", f"{arch_list or '(unset: tiers default to 9.0)'} covers GPUs {caps}")
             if not missing
-            else fail("TORCH_CUDA_ARCH_LIST", f"{arch_list or '9.0 (default)'} lacks {missing} of the visible GPUs {caps}",
-                      f"export TORCH_CUDA_ARCH_LIST=\"{';'.join(sorted(wanted | set(caps)))}\" and rebuild (else: no kernel image is available)")
+            else fail(
+                "TORCH_CUDA_ARCH_LIST",
+                f"{arch_list or '9.0 (default)'} lacks {missing} of the visible GPUs {caps}",
+                f'export TORCH_CUDA_ARCH_LIST="{";".join(sorted(wanted | set(caps)))}" and rebuild (else: no kernel image is available)',
+            )
         )
     else:
-        checks.append(ok("TORCH_CUDA_ARCH_LIST", f"{arch_list or '(unset: tiers default to 9.0)'}; no GPU visible to compare"))
+        checks.append(
+            ok(
+                "TORCH_CUDA_ARCH_LIST",
+                f"{arch_list or '(unset: tiers default to 9.0)'}; no GPU visible to compare",
+            )
+        )
 
     smi = probe.which("nvidia-smi")
     driver = re.search(r"CUDA Version:\s*([\d.]+)", probe.run([smi]).stdout) if smi else None
     if driver is None:
-        checks.append(warn("driver", "no nvidia-smi / NVIDIA driver", "no GPU here: building works, running CUDA kernels needs a driver"))
+        checks.append(
+            warn(
+                "driver",
+                "no nvidia-smi / NVIDIA driver",
+                "no GPU here: building works, running CUDA kernels needs a driver",
+            )
+        )
     else:
         # The driver's "CUDA Version" is the newest runtime it can serve, not
         # an installed toolkit; it must be >= the toolkit torch was built with.
