@@ -81,7 +81,7 @@ def markdown(results: dict) -> str:
             [
                 [
                     r["op"],
-                    f"{r['n']:.0e}",
+                    f"{r['n']:,}",
                     r["impl"],
                     r["dtype"],
                     _timed(r),
@@ -97,7 +97,7 @@ def markdown(results: dict) -> str:
         out += [
             "",
             "torch.compile compile times (excluded above): "
-            + ", ".join(f"{r['op']} n={r['n']:.0e}: {r['compile_s']:.1f} s" for r in comp),
+            + ", ".join(f"{r['op']} n={r['n']:,}: {r['compile_s']:.1f} s" for r in comp),
         ]
     speed = []
     for r in rows("kernels"):
@@ -108,7 +108,7 @@ def markdown(results: dict) -> str:
                 if a["op"] == r["op"] and a["n"] == r["n"] and a["dtype"] == "float32"
             }
             speed.append(
-                [r["op"], f"{r['n']:.0e}", r["impl"]]
+                [r["op"], f"{r['n']:,}", r["impl"]]
                 + [
                     f"{alts[a]['median_s'] / r['median_s']:.2f}x" if a in alts else "—"
                     for a in ("numpy", "torch eager", "torch.compile")
@@ -138,7 +138,7 @@ def markdown(results: dict) -> str:
             out.append(f"\n{r['impl']}: skipped ({r['skipped']}).")
     out += ["", "## 5. DLPack / buffer-protocol export of a tierkit Buffer", ""] + skipped("exports")
     out.append(
-        _table(["impl", "n", "per call"], [[r["impl"], f"{r['n']:.0e}", _timed(r)] for r in rows("exports")])
+        _table(["impl", "n", "per call"], [[r["impl"], f"{r['n']:,}", _timed(r)] for r in rows("exports")])
     )
     out += [
         "",
@@ -155,7 +155,7 @@ def markdown(results: dict) -> str:
     out.append(
         _table(
             ["impl", "n", "time", "vs out="],
-            [[r["impl"], f"{r['n']:.1e}", _timed(r), f"{r['vs_out']:.2f}x"] for r in rows("allocation")],
+            [[r["impl"], f"{r['n']:,}", _timed(r), f"{r['vs_out']:.2f}x"] for r in rows("allocation")],
         )
     )
     out += ["", "## 8. GPU", ""] + skipped("gpu")
