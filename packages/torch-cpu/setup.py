@@ -10,6 +10,7 @@ Environment knobs: MAX_JOBS (parallel compile jobs), TIERKIT_SANITIZE
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 from pathlib import Path
 
@@ -38,14 +39,8 @@ if SANITIZE:
 
 
 def build_info() -> str:
-    return (
-        '"""Recorded when this package was built (read by `tierkit doctor`)."""\n\n'
-        f"TORCH_VERSION = {torch.__version__!r}\n"
-        f"CXX11_ABI = {bool(torch._C._GLIBCXX_USE_CXX11_ABI)!r}\n"
-        f"CUDA_VERSION = {torch.version.cuda!r}\n"
-        f"SANITIZE = {SANITIZE!r}\n"
-        'BUILD_MODE = "aot"\n'
-    )
+    facts = runpy.run_path(str(HERE / "src" / "tierkit_torch" / "build_facts.py"))
+    return facts["torch_facts"](torch, SANITIZE=SANITIZE, BUILD_MODE="aot")
 
 
 class BuildPyWithSources(build_py):

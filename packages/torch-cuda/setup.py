@@ -4,13 +4,14 @@ kernels for the tierkit ops. Metadata is in pyproject.toml.
 Needs nvcc and a CUDA build of torch whose CUDA major version matches it;
 no GPU is needed to build. Build against the torch you run with:
     pip install --no-build-isolation packages/torch-cuda
-Knobs: CUDA_HOME (default /usr/local/cuda when it holds nvcc),
-TORCH_CUDA_ARCH_LIST (default "9.0"), MAX_JOBS.
+Knobs: CUDA_HOME, TORCH_CUDA_ARCH_LIST (defaults in
+src/tierkit_cuda/cuda_defaults.py), MAX_JOBS.
 """
 
 from __future__ import annotations
 
 import os
+import runpy
 import sys
 from pathlib import Path
 
@@ -24,9 +25,10 @@ def fail(message: str) -> None:
 # torch.utils.cpp_extension reads CUDA_HOME when imported: settle it first.
 # (A wrapper `nvcc` in /usr/local/bin would otherwise make torch guess
 # CUDA_HOME=/usr/local, where there is no lib64/libcudart.)
-if not os.environ.get("CUDA_HOME") and Path("/usr/local/cuda/bin/nvcc").exists():
-    os.environ["CUDA_HOME"] = "/usr/local/cuda"
-os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
+defaults = runpy.run_path(str(HERE / "src" / "tierkit_cuda" / "cuda_defaults.py"))
+if defaults["cuda_home"]():
+    os.environ["CUDA_HOME"] = defaults["cuda_home"]()
+os.environ["TORCH_CUDA_ARCH_LIST"] = defaults["arch_list"]()
 
 import torch  # noqa: E402
 from setuptools import setup  # noqa: E402
@@ -48,18 +50,13 @@ if not CUDA_HOME or not nvcc.exists():
         "and set CUDA_HOME to its root (the directory holding bin/nvcc)."
     )
 
+import tierkit_core  # noqa: E402  (core's headers: dtypes, checks)
 import tierkit_torch  # noqa: E402  (for its shared checks header)
+from tierkit_torch.build_facts import torch_facts  # noqa: E402
 
 
 def build_info() -> str:
-    return (
-        '"""Recorded when this package was built (read by `tierkit doctor`)."""\n\n'
-        f"TORCH_VERSION = {torch.__version__!r}\n"
-        f"CXX11_ABI = {bool(torch._C._GLIBCXX_USE_CXX11_ABI)!r}\n"
-        f"CUDA_VERSION = {torch.version.cuda!r}\n"
-        f"CUDA_HOME = {CUDA_HOME!r}\n"
-        f"TORCH_CUDA_ARCH_LIST = {os.environ['TORCH_CUDA_ARCH_LIST']!r}\n"
-    )
+    return torch_facts(torch, CUDA_HOME=CUDA_HOME, TORCH_CUDA_ARCH_LIST=os.environ["TORCH_CUDA_ARCH_LIST"])
 
 
 class BuildPyWithInfo(build_py):
@@ -73,7 +70,7 @@ setup(
         CUDAExtension(
             "tierkit_cuda._C",
             ["csrc/module.cpp", "csrc/ops.cpp", "csrc/timing.cpp", "csrc/kernels.cu"],
-            include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include()],
+            include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
             extra_compile_args={"cxx": ["-O3", "-Wall"], "nvcc": ["-O3"]},
             py_limited_api=True,
         )

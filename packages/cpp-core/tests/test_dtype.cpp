@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "tierkit/dtype.h"
 
@@ -115,4 +116,34 @@ TEST(BFloat16, EveryBitPatternRoundTrips) {
     if (std::isnan(f)) continue;
     ASSERT_EQ(BFloat16(f).bits, b) << b;
   }
+}
+
+// The dtype table is the one list; everything derived from it must agree.
+TEST(DTypeTable, DerivedFactsAgree) {
+  EXPECT_EQ(tierkit::accepted_dtype_names(), "float32, float64, float16 or bfloat16");
+  EXPECT_EQ(tierkit::all_dtype_names(), "float32, float64, float16, bfloat16, int32, int64");
+  for (const tierkit::DTypeInfo& d : tierkit::kDTypeTable) {
+    EXPECT_EQ(tierkit::dtype_from_name(d.name), d.dtype);
+    const auto* back = tierkit::dtype_from_dlpack(d.dlpack_code, 8 * d.size);
+    ASSERT_NE(back, nullptr);
+    EXPECT_EQ(back->dtype, d.dtype);
+  }
+  EXPECT_EQ(tierkit::dtype_from_dlpack(2, 8), nullptr);  // float8: not in the table
+  EXPECT_EQ(tierkit::dtype_size(DType::BFloat16), sizeof(tierkit::BFloat16));
+}
+
+TEST(DTypeTable, DispatchAcceptedRefusesIntegers) {
+  int calls = 0;
+  tierkit::dispatch_accepted(DType::Float16, "x", [&](auto tag) {
+    EXPECT_TRUE((std::is_same_v<decltype(tag), tierkit::Half>));
+    ++calls;
+  });
+  EXPECT_EQ(calls, 1);
+  try {
+    tierkit::dispatch_accepted(DType::Int32, "x", [&](auto) { ++calls; });
+    FAIL() << "int32 was dispatched";
+  } catch (const tierkit::DTypeError& e) {
+    EXPECT_STREQ(e.what(), "x: expected dtype float32, float64, float16 or bfloat16, got int32");
+  }
+  EXPECT_EQ(calls, 1);
 }

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "tierkit/checks.h"
 #include "tierkit/view.h"
 
 using tierkit::DType;
@@ -103,4 +104,32 @@ TEST(TensorView, DataAppliesOffsetInBytes) {
   std::vector<double> mem(4);
   TensorView v(mem.data(), 4, DType::Float64, {2}, {1}, 2);
   EXPECT_EQ(v.data(), static_cast<void*>(mem.data() + 2));
+}
+
+TEST(Checks, MessagesNameArgumentExpectedAndGot) {
+  using tierkit::checks::same_shape;
+  try {
+    same_shape("b", tierkit::Shape{3, 2}, "a", tierkit::Shape{2, 3});
+    FAIL();
+  } catch (const tierkit::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "b: expected shape (2, 3) (same as a), got (3, 2)");
+  }
+  const std::vector<std::int64_t> got{4}, want{3};
+  try {
+    same_shape("b", got, "a", want, tierkit::ShapeStyle::List);
+    FAIL();
+  } catch (const tierkit::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "b: expected shape [3] (same as a), got [4]");
+  }
+  EXPECT_THROW(tierkit::checks::same_dtype("b", DType::Float64, "a", DType::Float32), tierkit::DTypeError);
+  EXPECT_THROW(tierkit::checks::accepted_dtype("a", DType::Int64), tierkit::DTypeError);
+}
+
+TEST(Checks, ReachCoversNegativeAndPositiveStrides) {
+  const auto r = tierkit::reach(tierkit::Shape{3, 4}, tierkit::Shape{-4, 1});
+  EXPECT_EQ(r.lo, -8);
+  EXPECT_EQ(r.hi, 3);
+  const auto empty = tierkit::reach(tierkit::Shape{0, 4}, tierkit::Shape{4, 1});
+  EXPECT_EQ(empty.lo, 0);
+  EXPECT_EQ(empty.hi, 0);
 }

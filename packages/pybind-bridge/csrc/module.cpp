@@ -4,7 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "array.h"
+#include "buffer.h"
 #include "ops.h"
 #include "tierkit/caching_allocator.h"
 #include "tierkit/error.h"
@@ -56,7 +56,7 @@ PYBIND11_MODULE(_bridge, m) {
     }
   });
 
-  bind_array(m);
+  bind_buffer(m);
   bind_ops(m);
   bind_allocator(m);
 

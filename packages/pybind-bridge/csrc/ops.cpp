@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "array.h"
-#include "imports.h"
+#include "array_arg.h"
+#include "buffer.h"
+#include "tierkit/checks.h"
 #include "tierkit/kernels.h"
 
 namespace tierkit_bridge {
@@ -21,25 +22,13 @@ namespace {
 std::atomic<unsigned> g_max_threads{0};
 std::atomic<bool> g_use_cache{false};
 
-void require_floating(const ArrayArg& arg, const char* name) {
-  if (!tierkit::is_floating(arg.view().dtype())) {
-    throw py::type_error(std::string(name) + ": expected dtype float32, float64, float16 or bfloat16, got " +
-                         std::string(tierkit::dtype_name(arg.view().dtype())));
-  }
-}
-
-void require_like(const ArrayArg& arg, const char* name, const ArrayArg& ref, const char* ref_name) {
-  const auto& v = arg.view();
-  const auto& r = ref.view();
-  if (v.dtype() != r.dtype()) {
-    throw py::type_error(std::string(name) + ": expected dtype " +
-                         std::string(tierkit::dtype_name(r.dtype())) + " (same as " + ref_name + "), got " +
-                         std::string(tierkit::dtype_name(v.dtype())));
-  }
-  if (v.shape() != r.shape()) {
-    throw py::value_error(std::string(name) + ": expected shape " + r.shape().str() + " (same as " +
-                          ref_name + "), got " + v.shape().str());
-  }
+// Core's rules (tierkit/checks.h); its DTypeError / InvalidArgument become
+// TypeError / ValueError through the module's exception translator.
+void require_operand(const tierkit::TensorView& v, const char* name, const tierkit::TensorView& first,
+                     const char* first_name) {
+  if (&v == &first) return tierkit::checks::accepted_dtype(name, v.dtype());
+  tierkit::checks::same_dtype(name, v.dtype(), first_name, first.dtype());
+  tierkit::checks::same_shape(name, v.shape(), first_name, first.shape());
 }
 
 // Imports every input, checks them against the first, resolves `out`
@@ -52,16 +41,15 @@ py::object run(const py::handle (&inputs)[N], const char* const (&names)[N], con
   args.reserve(N);
   for (std::size_t i = 0; i < N; ++i) {
     args.push_back(ArrayArg::from(inputs[i], names[i], false));
-    require_floating(args[i], names[i]);
-    if (i > 0) require_like(args[i], names[i], args[0], names[0]);
+    require_operand(args[i].view(), names[i], args[0].view(), names[0]);
   }
   py::object result = out;
   if (out.is_none()) {
     const auto& first = args[0].view();
-    result = py::cast(PyArray::empty(first.shape(), first.dtype(), g_use_cache.load()));
+    result = py::cast(Buffer::empty(first.shape(), first.dtype(), g_use_cache.load()));
   }
   ArrayArg dst = ArrayArg::from(result, "out", true);
-  require_like(dst, "out", args[0], names[0]);
+  require_operand(dst.view(), "out", args[0].view(), names[0]);
   const unsigned threads = g_max_threads.load();
   {
     py::gil_scoped_release nogil;

@@ -1,9 +1,26 @@
 // The tierkit operator namespace: every schema, defined once, here. Kernels
-// for each dispatch key live beside it (cpu_kernels.cpp, autograd.cpp) and in
-// the torch-cuda tier; the Python face registers the fake kernels and the
-// autograd formulas (src/tierkit_torch/_registrations.py).
-#include <Python.h>
+// for each dispatch key live beside it (cpu_kernels.cpp; autograd, backward
+// and the no-graph fast path, in autograd.cpp) and in the torch-cuda tier;
+// the Python face registers only the fake kernels
+// (src/tierkit_torch/_registrations.py).
 #include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+#include "tierkit/dtype.h"
+#include "tierkit_torch/empty_module.h"
+
+namespace {
+// The dtypes the kernels accept, from core's dtype table, so the Python fake
+// kernels check against the same list instead of spelling their own.
+std::vector<std::string> accepted_dtypes() {
+  std::vector<std::string> names;
+  for (const tierkit::DTypeInfo& d : tierkit::kDTypeTable)
+    if (d.accepted) names.emplace_back(d.name);
+  return names;
+}
+}  // namespace
 
 TORCH_LIBRARY(tierkit, m) {
   m.def("custom_add(Tensor a, Tensor b) -> Tensor");
@@ -11,20 +28,10 @@ TORCH_LIBRARY(tierkit, m) {
   m.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
   m.def("mul(Tensor a, Tensor b) -> Tensor");
   m.def("add_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
+  m.def("_accepted_dtypes() -> str[]", &accepted_dtypes);
 }
 
 // Importing tierkit_torch._C loads this library, whose static initialisers
-// run the registrations above. The module itself is empty; with the limited
-// API it serves every CPython >= 3.9.
-extern "C" PyObject* PyInit__C(void) {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT,
-                               "_C",
-                               "tierkit operator registrations (see torch.ops.tierkit)",
-                               -1,
-                               nullptr,
-                               nullptr,
-                               nullptr,
-                               nullptr,
-                               nullptr};
-  return PyModule_Create(&module);
-}
+// run the registrations above. The module itself is empty; built against the
+// limited API (Py_LIMITED_API 3.10), one wheel (cp310-abi3) serves CPython >= 3.10.
+TIERKIT_EMPTY_PYTHON_MODULE(_C, "tierkit operator registrations (see torch.ops.tierkit)")

@@ -7,17 +7,15 @@
 #include <ATen/core/Tensor.h>
 
 #include "tierkit/kernels.h"
+#include "tierkit_torch/checks.h"
 
 namespace tierkit_torch {
 
+// Only called after check_first accepted the dtype.
 inline tierkit::DType to_core_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::kFloat: return tierkit::DType::Float32;
-    case c10::kDouble: return tierkit::DType::Float64;
-    case c10::kHalf: return tierkit::DType::Float16;
-    case c10::kBFloat16: return tierkit::DType::BFloat16;
-    default: TORCH_CHECK(false, "tierkit: unsupported dtype ", t);
-  }
+  const auto* d = core_dtype_info(t);
+  TORCH_INTERNAL_ASSERT(d != nullptr, "tierkit: dtype ", t, " reached a kernel unchecked");
+  return d->dtype;
 }
 
 // c10::Half/BFloat16 and core's Half/BFloat16 are both bare IEEE / brain-float

@@ -18,39 +18,42 @@
 namespace tierkit_cuda {
 namespace {
 
-template <typename T>
-struct Compute {
-  using type = T;
+// CUDA's own 16-bit types stand in for core's host ones (same bits); the
+// compute type is core's (tierkit::compute_t: 16-bit floats compute in float).
+template <typename Host>
+struct DeviceType {
+  using type = Host;
 };
 template <>
-struct Compute<__half> {
-  using type = float;
+struct DeviceType<tierkit::Half> {
+  using type = __half;
 };
 template <>
-struct Compute<__nv_bfloat16> {
-  using type = float;
+struct DeviceType<tierkit::BFloat16> {
+  using type = __nv_bfloat16;
 };
+static_assert(sizeof(__half) == sizeof(tierkit::Half) && sizeof(__nv_bfloat16) == sizeof(tierkit::BFloat16));
 
 __device__ __forceinline__ float to_compute(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_compute(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_compute(float x) { return x; }
 __device__ __forceinline__ double to_compute(double x) { return x; }
-template <typename T>
-__device__ __forceinline__ T from_compute(typename Compute<T>::type x);
+template <typename T, typename C>
+__device__ __forceinline__ T from_compute(C x);
 template <>
-__device__ __forceinline__ float from_compute<float>(float x) {
+__device__ __forceinline__ float from_compute<float, float>(float x) {
   return x;
 }
 template <>
-__device__ __forceinline__ double from_compute<double>(double x) {
+__device__ __forceinline__ double from_compute<double, double>(double x) {
   return x;
 }
 template <>
-__device__ __forceinline__ __half from_compute<__half>(float x) {
+__device__ __forceinline__ __half from_compute<__half, float>(float x) {
   return __float2half_rn(x);
 }
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_compute<__nv_bfloat16>(float x) {
+__device__ __forceinline__ __nv_bfloat16 from_compute<__nv_bfloat16, float>(float x) {
   return __float2bfloat16_rn(x);
 }
 
@@ -154,28 +157,36 @@ void run(const F& f, const Operands& o, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <typename T>
-void run_op(Op op, const Operands& o, double p0, double p1, cudaStream_t stream) {
-  using C = typename Compute<T>::type;
-  switch (op) {
-    case Op::Add: return run<T, true>(AddF<C>{}, o, stream);
-    case Op::Mul: return run<T, true>(MulF<C>{}, o, stream);
-    case Op::ScaleShift:
-      return run<T, false>(ScaleShiftF<C>{static_cast<C>(p0), static_cast<C>(p1)}, o, stream);
-    case Op::MulAdd: return run<T, true>(MulAddF<C>{static_cast<C>(p0)}, o, stream);
-  }
+// Runs the functor `make(C{})` builds for the dtype's compute type C.
+template <bool Binary, typename MakeF>
+void dispatch(DType dtype, const Operands& o, cudaStream_t stream, MakeF make) {
+  if (o.numel == 0) return;  // an empty grid is a launch error; there is nothing to do
+  tierkit::dispatch_accepted(dtype, "dtype", [&](auto host) {
+    using Host = decltype(host);
+    using T = typename DeviceType<Host>::type;
+    run<T, Binary>(make(tierkit::compute_t<Host>{}), o, stream);
+  });
 }
 
 }  // namespace
 
-void launch(Op op, DType dtype, const Operands& o, double p0, double p1, cudaStream_t stream) {
-  if (o.numel == 0) return;  // an empty grid is a launch error; there is nothing to do
-  switch (dtype) {
-    case DType::Float32: return run_op<float>(op, o, p0, p1, stream);
-    case DType::Float64: return run_op<double>(op, o, p0, p1, stream);
-    case DType::Float16: return run_op<__half>(op, o, p0, p1, stream);
-    case DType::BFloat16: return run_op<__nv_bfloat16>(op, o, p0, p1, stream);
-  }
+void launch_add(DType dtype, const Operands& o, cudaStream_t stream) {
+  dispatch<true>(dtype, o, stream, [](auto c) { return AddF<decltype(c)>{}; });
+}
+void launch_mul(DType dtype, const Operands& o, cudaStream_t stream) {
+  dispatch<true>(dtype, o, stream, [](auto c) { return MulF<decltype(c)>{}; });
+}
+void launch_scale_shift(DType dtype, const Operands& o, double alpha, double beta, cudaStream_t stream) {
+  dispatch<false>(dtype, o, stream, [=](auto c) {
+    using C = decltype(c);
+    return ScaleShiftF<C>{static_cast<C>(alpha), static_cast<C>(beta)};
+  });
+}
+void launch_muladd(DType dtype, const Operands& o, double c, cudaStream_t stream) {
+  dispatch<true>(dtype, o, stream, [=](auto z) {
+    using C = decltype(z);
+    return MulAddF<C>{static_cast<C>(c)};
+  });
 }
 
 }  // namespace tierkit_cuda

@@ -1,18 +1,20 @@
 // The boundary between the host side (ops.cpp: ATen, checks, dispatcher)
 // and the device side (kernels.cu: CUDA only). Plain pointers and layouts
 // cross it, so the .cu file needs no ATen headers and compiles quickly.
+// Element types and the rank limit are core's (tierkit/dtype.h, view.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
+#include "tierkit/dtype.h"
+#include "tierkit/view.h"
+
 namespace tierkit_cuda {
 
-inline constexpr int kMaxRank = 8;
-
-enum class DType { Float32, Float64, Float16, BFloat16 };
-enum class Op { Add, Mul, ScaleShift, MulAdd };
+using tierkit::DType;
+using tierkit::kMaxRank;
 
 // Sizes and strides in elements; passed to kernels by value.
 struct Layout {
@@ -30,8 +32,12 @@ struct Operands {
   bool contiguous;  // every operand C-contiguous
 };
 
-// Launches `op` on `stream`; p0/p1 are (alpha, beta) for ScaleShift and
-// (c, unused) for MulAdd. Checks the launch. Does nothing for numel == 0.
-void launch(Op op, DType dtype, const Operands& operands, double p0, double p1, cudaStream_t stream);
+// One launcher per op, on `stream`; each checks its launch and does nothing
+// for numel == 0. `dtype` must be one core accepts (checked by the caller).
+void launch_add(DType dtype, const Operands& operands, cudaStream_t stream);
+void launch_mul(DType dtype, const Operands& operands, cudaStream_t stream);
+void launch_scale_shift(DType dtype, const Operands& operands, double alpha, double beta,
+                        cudaStream_t stream);
+void launch_muladd(DType dtype, const Operands& operands, double c, cudaStream_t stream);
 
 }  // namespace tierkit_cuda

@@ -15,16 +15,6 @@ namespace {
 
 constexpr auto kCUDA = c10::DeviceType::CUDA;
 
-DType to_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::kFloat: return DType::Float32;
-    case c10::kDouble: return DType::Float64;
-    case c10::kHalf: return DType::Float16;
-    case c10::kBFloat16: return DType::BFloat16;
-    default: TORCH_CHECK(false, "tierkit (CUDA): unsupported dtype ", t);
-  }
-}
-
 Layout layout_of(const at::Tensor& t) {
   Layout l{};
   l.rank = static_cast<int>(t.dim());
@@ -38,7 +28,9 @@ Layout layout_of(const at::Tensor& t) {
 // Tensors deeper than the kernels' layout limit are made contiguous once.
 at::Tensor shallow(const at::Tensor& t) { return t.dim() > kMaxRank ? t.contiguous() : t; }
 
-void run(Op op, const at::Tensor& a, const at::Tensor* b, const at::Tensor& out, double p0, double p1) {
+// Fills the operands and calls `launch(dtype, operands, stream)` on a's device.
+template <typename Launch>
+void run(const at::Tensor& a, const at::Tensor* b, const at::Tensor& out, const Launch& launch) {
   const c10::cuda::CUDAGuard guard(a.device());
   const at::Tensor ca = shallow(a);
   const at::Tensor cb = b ? shallow(*b) : at::Tensor();
@@ -55,37 +47,41 @@ void run(Op op, const at::Tensor& a, const at::Tensor* b, const at::Tensor& out,
     if (b) o.lb = layout_of(cb);
     o.lout = layout_of(out);
   }
-  launch(op, to_dtype(a.scalar_type()), o, p0, p1, c10::cuda::getCurrentCUDAStream(a.get_device()).stream());
+  launch(tierkit_torch::core_dtype_info(a.scalar_type())->dtype, o,
+         c10::cuda::getCurrentCUDAStream(a.get_device()).stream());
 }
 
 at::Tensor new_output(const at::Tensor& like) {
   return at::empty(like.sizes(), like.options().memory_format(c10::MemoryFormat::Contiguous));
 }
 
-at::Tensor binary(const char* name, Op op, const at::Tensor& a, const at::Tensor& b, double p0) {
+template <typename Launch>
+at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b, const Launch& launch) {
   tierkit_torch::check_first(name, a, "a", kCUDA);
   tierkit_torch::check_like(name, b, "b", a, "a");
   at::Tensor out = new_output(a);
-  run(op, a, &b, out, p0, 0.0);
+  run(a, &b, out, launch);
   return out;
 }
 
 at::Tensor custom_add_cuda(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::custom_add", Op::Add, a, b, 0.0);
+  return binary("tierkit::custom_add", a, b, launch_add);
 }
 
 at::Tensor mul_cuda(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::mul", Op::Mul, a, b, 0.0);
+  return binary("tierkit::mul", a, b, launch_mul);
 }
 
 at::Tensor muladd_cuda(const at::Tensor& a, const at::Tensor& b, double c) {
-  return binary("tierkit::muladd", Op::MulAdd, a, b, c);
+  return binary("tierkit::muladd", a, b,
+                [c](DType t, const Operands& o, cudaStream_t s) { launch_muladd(t, o, c, s); });
 }
 
 at::Tensor scale_shift_cuda(const at::Tensor& x, double alpha, double beta) {
   tierkit_torch::check_first("tierkit::scale_shift", x, "x", kCUDA);
   at::Tensor out = new_output(x);
-  run(Op::ScaleShift, x, nullptr, out, alpha, beta);
+  run(x, nullptr, out,
+      [=](DType t, const Operands& o, cudaStream_t s) { launch_scale_shift(t, o, alpha, beta, s); });
   return out;
 }
 
@@ -95,7 +91,7 @@ void add_out_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& ou
     out.copy_(custom_add_cuda(a, b));
     return;
   }
-  run(Op::Add, a, &b, out, 0.0, 0.0);
+  run(a, &b, out, launch_add);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include "tierkit/buffer.h"
 #include "tierkit/caching_allocator.h"
+#include "tierkit/checks.h"
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
 #include "tierkit/file.h"

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <type_traits>
 
@@ -12,45 +13,80 @@
 
 namespace tierkit {
 
-enum class DType : std::uint8_t { Float32, Float64, Float16, BFloat16, Int32, Int64 };
+// The dtype table: the one place that lists tierkit's element types.
+// Columns: enum name, storage type, compute type (16-bit floats compute in
+// float), name users see, bytes, accepted by the kernels, PEP 3118 buffer
+// format character ('\0': none), DLPack type code (0 int, 2 float, 4 bfloat).
+// Everything else (the enum, names, sizes, dispatch, format and DLPack
+// mappings, the "accepted" lists in error messages) is generated from it.
+#define TIERKIT_DTYPES(X)                                            \
+  X(Float32, float, float, "float32", 4, true, 'f', 2)               \
+  X(Float64, double, double, "float64", 8, true, 'd', 2)             \
+  X(Float16, ::tierkit::Half, float, "float16", 2, true, 'e', 2)     \
+  X(BFloat16, ::tierkit::BFloat16, float, "bfloat16", 2, true, 0, 4) \
+  X(Int32, std::int32_t, std::int32_t, "int32", 4, false, 'i', 0)    \
+  X(Int64, std::int64_t, std::int64_t, "int64", 8, false, 'q', 0)
 
-constexpr std::size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::Float32: return 4;
-    case DType::Float64: return 8;
-    case DType::Float16: return 2;
-    case DType::BFloat16: return 2;
-    case DType::Int32: return 4;
-    case DType::Int64: return 8;
+#define TIERKIT_DTYPE_ENUM_(E, T, C, N, S, A, F, D) E,
+enum class DType : std::uint8_t { TIERKIT_DTYPES(TIERKIT_DTYPE_ENUM_) };
+#undef TIERKIT_DTYPE_ENUM_
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  std::size_t size;
+  bool accepted;       // the elementwise kernels take it
+  char buffer_format;  // PEP 3118 character, '\0' when there is none
+  std::uint8_t dlpack_code;
+};
+
+#define TIERKIT_DTYPE_INFO_(E, T, C, N, S, A, F, D) DTypeInfo{DType::E, N, S, A, F, D},
+inline constexpr DTypeInfo kDTypeTable[] = {TIERKIT_DTYPES(TIERKIT_DTYPE_INFO_)};
+#undef TIERKIT_DTYPE_INFO_
+inline constexpr std::size_t kNumDTypes = sizeof(kDTypeTable) / sizeof(kDTypeTable[0]);
+static_assert(kDTypeTable[kNumDTypes - 1].dtype == static_cast<DType>(kNumDTypes - 1),
+              "kDTypeTable is indexed by DType");
+
+constexpr const DTypeInfo& dtype_info(DType t) { return kDTypeTable[static_cast<std::size_t>(t)]; }
+constexpr std::size_t dtype_size(DType t) { return dtype_info(t).size; }
+constexpr std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+// Accepted by the elementwise kernels (today: exactly the floating types).
+constexpr bool is_accepted(DType t) { return dtype_info(t).accepted; }
+constexpr bool is_floating(DType t) { return is_accepted(t); }
+
+// "a, b, c" + `last_sep` + "d" over the table's rows that `keep` selects.
+template <typename Keep>
+std::string dtype_list(Keep keep, std::string_view last_sep) {
+  std::string out;
+  std::size_t count = 0, total = 0;
+  for (const DTypeInfo& d : kDTypeTable) total += keep(d) ? 1 : 0;
+  for (const DTypeInfo& d : kDTypeTable) {
+    if (!keep(d)) continue;
+    if (count > 0) out += count + 1 == total ? std::string(last_sep) : std::string(", ");
+    out += d.name;
+    ++count;
   }
-  return 0;
+  return out;
+}
+// "float32, float64, float16 or bfloat16": what error messages list.
+inline std::string accepted_dtype_names() {
+  return dtype_list([](const DTypeInfo& d) { return d.accepted; }, " or ");
+}
+inline std::string all_dtype_names() {
+  return dtype_list([](const DTypeInfo&) { return true; }, ", ");
 }
 
-constexpr std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::Float32: return "float32";
-    case DType::Float64: return "float64";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Int32: return "int32";
-    case DType::Int64: return "int64";
-  }
-  return "unknown";
-}
-
-constexpr bool is_floating(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
+// The DType with this DLPack type code and width, if the table has one.
+constexpr const DTypeInfo* dtype_from_dlpack(std::uint8_t code, std::size_t bits) {
+  for (const DTypeInfo& d : kDTypeTable)
+    if (d.dlpack_code == code && 8 * d.size == bits) return &d;
+  return nullptr;
 }
 
 inline DType dtype_from_name(std::string_view name) {
-  for (DType t :
-       {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16, DType::Int32, DType::Int64}) {
-    if (dtype_name(t) == name) return t;
-  }
-  throw DTypeError(
-      detail::concat("dtype: expected one of float32, float64, float16, bfloat16, "
-                     "int32, int64, got '",
-                     name, "'"));
+  for (const DTypeInfo& d : kDTypeTable)
+    if (d.name == name) return d.dtype;
+  throw DTypeError(detail::concat("dtype: expected one of ", all_dtype_names(), ", got '", name, "'"));
 }
 
 namespace detail {
@@ -136,47 +172,55 @@ struct BFloat16 {
 
 template <typename T>
 struct dtype_of;
-template <>
-struct dtype_of<float> {
-  static constexpr DType value = DType::Float32;
-};
-template <>
-struct dtype_of<double> {
-  static constexpr DType value = DType::Float64;
-};
-template <>
-struct dtype_of<Half> {
-  static constexpr DType value = DType::Float16;
-};
-template <>
-struct dtype_of<BFloat16> {
-  static constexpr DType value = DType::BFloat16;
-};
-template <>
-struct dtype_of<std::int32_t> {
-  static constexpr DType value = DType::Int32;
-};
-template <>
-struct dtype_of<std::int64_t> {
-  static constexpr DType value = DType::Int64;
-};
-template <typename T>
-inline constexpr DType dtype_of_v = dtype_of<T>::value;
-
-// The type arithmetic is done in: 16-bit floats compute in float.
 template <typename T>
 struct compute_type {
   using type = T;
 };
-template <>
-struct compute_type<Half> {
-  using type = float;
-};
-template <>
-struct compute_type<BFloat16> {
-  using type = float;
-};
+#define TIERKIT_DTYPE_TRAITS_(E, T, C, N, S, A, F, D) \
+  template <>                                         \
+  struct dtype_of<T> {                                \
+    static constexpr DType value = DType::E;          \
+  };                                                  \
+  template <>                                         \
+  struct compute_type<T> {                            \
+    using type = C;                                   \
+  };
+TIERKIT_DTYPES(TIERKIT_DTYPE_TRAITS_)
+#undef TIERKIT_DTYPE_TRAITS_
+template <typename T>
+inline constexpr DType dtype_of_v = dtype_of<T>::value;
+// The type arithmetic is done in: 16-bit floats compute in float.
 template <typename T>
 using compute_t = typename compute_type<T>::type;
+
+// Calls fn(T{}) with the storage type T of any dtype in the table.
+template <typename Fn>
+void dispatch_any(DType t, Fn&& fn) {
+  switch (t) {
+#define TIERKIT_DTYPE_CASE_(E, T, C, N, S, A, F, D) \
+  case DType::E: fn(T{}); return;
+    TIERKIT_DTYPES(TIERKIT_DTYPE_CASE_)
+#undef TIERKIT_DTYPE_CASE_
+  }
+}
+
+// Calls fn(T{}) with the storage type T of `t`, for every accepted dtype;
+// anything else is a DTypeError naming `name`.
+template <typename Fn>
+void dispatch_accepted(DType t, const char* name, Fn&& fn) {
+  switch (t) {
+#define TIERKIT_DTYPE_CASE_(E, T, C, N, S, A, F, D) \
+  case DType::E:                                    \
+    if constexpr (A) {                              \
+      fn(T{});                                      \
+      return;                                       \
+    }                                               \
+    break;
+    TIERKIT_DTYPES(TIERKIT_DTYPE_CASE_)
+#undef TIERKIT_DTYPE_CASE_
+  }
+  throw DTypeError(
+      detail::concat(name, ": expected dtype ", accepted_dtype_names(), ", got ", dtype_name(t)));
+}
 
 }  // namespace tierkit

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "tierkit/checks.h"
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
 #include "tierkit/parallel.h"
@@ -114,65 +115,9 @@ void muladd(const T* a, const T* b, compute_t<T> c, T* out, std::int64_t n) {
   map_contiguous(MulAddOp<compute_t<T>>{c}, out, n, a, b);
 }
 
-// ---- checks shared by every view entry point -------------------------------
+// ---- the driver shared by every view entry point (checks: tierkit/checks.h) --
 
 namespace detail {
-
-// Byte range [lo, hi) a view can touch; empty views touch nothing.
-struct Span {
-  const char* lo = nullptr;
-  const char* hi = nullptr;
-};
-inline Span span_of(const TensorView& v) {
-  if (v.numel() == 0) return {};
-  const std::int64_t item = static_cast<std::int64_t>(dtype_size(v.dtype()));
-  std::int64_t lo = 0, hi = 0;
-  for (int i = 0; i < v.rank(); ++i) {
-    const std::int64_t reach = (v.shape()[i] - 1) * v.strides()[i];
-    (reach < 0 ? lo : hi) += reach;
-  }
-  const char* p = static_cast<const char*>(v.data());
-  return {p + lo * item, p + (hi + 1) * item};
-}
-
-inline bool same_layout(const TensorView& a, const TensorView& b) {
-  return a.data() == b.data() && a.dtype() == b.dtype() && a.shape() == b.shape() &&
-         a.strides() == b.strides();
-}
-
-// `out` may be exactly an input (in place); any other sharing of bytes could
-// read an element after it was overwritten, so it is refused.
-inline void check_no_partial_overlap(const TensorView& out, const TensorView& in, const char* in_name) {
-  const Span o = span_of(out), i = span_of(in);
-  if (o.lo == nullptr || i.lo == nullptr) return;
-  const bool disjoint = o.hi <= i.lo || i.hi <= o.lo;
-  check(disjoint || same_layout(out, in), "out: overlaps input '", in_name,
-        "' without being the same elements; only exact in-place (out is ", in_name, ") is allowed");
-}
-
-inline void check_operand(const TensorView& out, const TensorView& in, const char* in_name) {
-  check<DTypeError>(in.dtype() == out.dtype(), in_name, ": expected dtype ", dtype_name(out.dtype()),
-                    " (same as out), got ", dtype_name(in.dtype()));
-  check(in.shape() == out.shape(), in_name, ": expected shape ", out.shape().str(), " (same as out), got ",
-        in.shape().str());
-  check_no_partial_overlap(out, in, in_name);
-}
-
-// A zero stride in a dimension of size > 1 makes several elements of `out`
-// one address: writes would race and the result would depend on the order.
-inline void check_writable_layout(const TensorView& out) {
-  if (out.numel() == 0) return;  // nothing is written; numpy gives empty arrays zero strides
-  for (int d = 0; d < out.rank(); ++d) {
-    check(out.shape()[d] <= 1 || out.strides()[d] != 0, "out: has stride 0 in dimension ", d, " (size ",
-          out.shape()[d], "), so several elements share one address; give a tensor with distinct elements");
-  }
-}
-
-inline void check_floating(const TensorView& out) {
-  check<DTypeError>(is_floating(out.dtype()),
-                    "out: expected a floating dtype (float32, float64, float16, bfloat16), got ",
-                    dtype_name(out.dtype()));
-}
 
 // Pointer to the element at row-major linear index `linear` of `v`.
 template <typename T>
@@ -217,30 +162,16 @@ void map_strided(const Op& op, const TensorView& out, const TensorView* const (&
 // small enough to keep two cores busy on mid-size inputs.
 inline constexpr std::int64_t kGrain = 16384;
 
-// Calls fn(T{}) for the floating type matching `t`.
-template <typename Fn>
-void dispatch_floating(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::Float32: fn(float{}); return;
-    case DType::Float64: fn(double{}); return;
-    case DType::Float16: fn(Half{}); return;
-    case DType::BFloat16: fn(BFloat16{}); return;
-    default:
-      throw DTypeError(tierkit::detail::concat("dtype: expected float32, float64, float16 or bfloat16, got ",
-                                               dtype_name(t)));
-  }
-}
-
 // The one driver behind every view entry point: check, dispatch on dtype,
 // pick the contiguous or strided loop, hand the range to `run`.
 // `make_op(C{})` builds the operation for compute type C.
 template <std::size_t N, typename Runner, typename MakeOp>
 void map_views(const TensorView& out, const TensorView* const (&ins)[N], const char* const (&names)[N],
                const Runner& run, MakeOp make_op) {
-  check_floating(out);
-  check_writable_layout(out);
-  for (std::size_t k = 0; k < N; ++k) check_operand(out, *ins[k], names[k]);
-  dispatch_floating(out.dtype(), [&](auto tag) {
+  checks::accepted_dtype("out", out.dtype());
+  checks::writable_layout(out);
+  for (std::size_t k = 0; k < N; ++k) checks::operand(out, *ins[k], names[k]);
+  dispatch_accepted(out.dtype(), "out", [&](auto tag) {
     using T = decltype(tag);
     const auto op = make_op(compute_t<T>{});
     bool contiguous = out.is_contiguous();

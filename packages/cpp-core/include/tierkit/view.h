@@ -17,6 +17,22 @@ namespace tierkit {
 
 inline constexpr int kMaxRank = 8;
 
+// How a shape is spelled in a message: "(2, 3)" for the bridge (numpy's
+// tuples), "[2, 3]" for torch tiers (torch.Size's list).
+enum class ShapeStyle { Tuple, List };
+
+template <typename Sizes>
+std::string shape_str(const Sizes& sizes, ShapeStyle style = ShapeStyle::Tuple) {
+  std::string s = style == ShapeStyle::Tuple ? "(" : "[";
+  std::size_t n = 0;
+  for (const auto d : sizes) {
+    if (n++) s += ", ";
+    s += std::to_string(d);
+  }
+  if (style == ShapeStyle::Tuple) return s + (n == 1 ? ",)" : ")");
+  return s + "]";
+}
+
 // Shape and strides of up to kMaxRank dimensions, stored inline so a view
 // costs no heap allocation.
 class Shape {
@@ -43,6 +59,7 @@ class Shape {
   std::int64_t& operator[](int i) { return dims_[i]; }
   const std::int64_t* begin() const { return dims_.data(); }
   const std::int64_t* end() const { return dims_.data() + rank_; }
+  std::size_t size() const { return static_cast<std::size_t>(rank_); }
 
   std::int64_t numel() const {
     std::int64_t n = 1;
@@ -58,15 +75,7 @@ class Shape {
   bool operator!=(const Shape& o) const { return !(*this == o); }
 
   // "(2, 3)" — the form error messages use.
-  std::string str() const {
-    std::string s = "(";
-    for (int i = 0; i < rank_; ++i) {
-      if (i) s += ", ";
-      s += std::to_string(dims_[i]);
-    }
-    if (rank_ == 1) s += ",";
-    return s + ")";
-  }
+  std::string str() const { return shape_str(*this); }
 
   // Row-major (C-order) strides for these sizes.
   Shape contiguous_strides() const {
@@ -85,6 +94,23 @@ class Shape {
   int rank_ = 0;
 };
 
+// How far a strided layout reaches from its element (0, ..., 0), in
+// elements: the lowest and highest offsets any element has. The one bounds
+// helper every tier uses (views, overlap checks, borrowed buffers).
+struct Reach {
+  std::int64_t lo = 0;
+  std::int64_t hi = 0;
+};
+inline Reach reach(const Shape& shape, const Shape& strides) {
+  Reach r;
+  if (shape.numel() == 0) return r;
+  for (int i = 0; i < shape.rank(); ++i) {
+    const std::int64_t step = (shape[i] - 1) * strides[i];
+    (step < 0 ? r.lo : r.hi) += step;
+  }
+  return r;
+}
+
 class TensorView {
  public:
   TensorView() = default;
@@ -102,11 +128,8 @@ class TensorView {
     check(offset >= 0, "offset: expected >= 0, got ", offset);
     if (numel() == 0) return;  // addresses nothing; any strides are fine
     check(base != nullptr, "data: expected non-null pointer for ", numel(), " elements");
-    std::int64_t lo = offset, hi = offset;
-    for (int i = 0; i < shape.rank(); ++i) {
-      const std::int64_t reach = (shape[i] - 1) * strides[i];
-      (reach < 0 ? lo : hi) += reach;
-    }
+    const Reach r = reach(shape, strides);
+    const std::int64_t lo = offset + r.lo, hi = offset + r.hi;
     check(lo >= 0 && hi < capacity, "view: shape ", shape.str(), " strides ", strides.str(), " offset ",
           offset, " reaches elements [", lo, ", ", hi, "] outside the ", capacity, " available");
   }

@@ -1,28 +1,42 @@
 // Argument checks shared by every tierkit kernel (CPU here, CUDA in the
 // torch-cuda tier, which includes this header from the installed package).
-// Each failure is a TORCH_CHECK (-> RuntimeError in Python) whose message
-// names the op, the argument, what was expected and what came.
+// The rules and their wording are core's (tierkit/checks.h); this file only
+// adapts torch's types to them and turns core's errors into TORCH_CHECK
+// failures (RuntimeError in Python) prefixed with the op's name. Device
+// checks are torch's own concern and live here.
 #pragma once
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <string_view>
+
+#include "tierkit/checks.h"
+
 namespace tierkit_torch {
 
-inline bool is_supported_dtype(c10::ScalarType t) {
-  return t == c10::kFloat || t == c10::kDouble || t == c10::kHalf || t == c10::kBFloat16;
+// torch's ScalarType as core's DType, matched through the DLPack type code
+// and width that core's dtype table records; null for types core lacks.
+inline const tierkit::DTypeInfo* core_dtype_info(c10::ScalarType t) {
+  std::uint8_t code;
+  if (t == c10::kBFloat16) {
+    code = 4;
+  } else if (c10::isFloatingType(t)) {
+    code = 2;
+  } else if (c10::isIntegralType(t, /*includeBool=*/false) && c10::isSignedType(t)) {
+    code = 0;
+  } else {
+    return nullptr;
+  }
+  return tierkit::dtype_from_dlpack(code, 8 * c10::elementSize(t));
 }
 
-// "float32" rather than c10's "Float": the spelling Python users see.
-inline const char* dtype_name(c10::ScalarType t) {
+// The spelling Python users see ("float32", not c10's "Float"): core's name
+// where core knows the type, torch's Python name otherwise.
+inline std::string_view dtype_name(c10::ScalarType t) {
+  if (const auto* d = core_dtype_info(t)) return d->name;
   switch (t) {
-    case c10::kFloat: return "float32";
-    case c10::kDouble: return "float64";
-    case c10::kHalf: return "float16";
-    case c10::kBFloat16: return "bfloat16";
-    case c10::kInt: return "int32";
-    case c10::kLong: return "int64";
     case c10::kShort: return "int16";
     case c10::kChar: return "int8";
     case c10::kByte: return "uint8";
@@ -30,6 +44,16 @@ inline const char* dtype_name(c10::ScalarType t) {
     case c10::kComplexFloat: return "complex64";
     case c10::kComplexDouble: return "complex128";
     default: return c10::toString(t);
+  }
+}
+
+// Runs core's check `f`; its failure becomes "<op>: <core's message>".
+template <typename F>
+void core_check(const char* op, F&& f) {
+  try {
+    f();
+  } catch (const tierkit::Error& e) {
+    TORCH_CHECK(false, op, ": ", e.what());
   }
 }
 
@@ -42,8 +66,11 @@ inline void check_first(const char* op, const at::Tensor& t, const char* name, c
   check_defined(op, t, name);
   TORCH_CHECK(t.device().type() == device, op, ": ", name, ": expected a ", c10::DeviceTypeName(device, true),
               " tensor, got one on ", t.device());
-  TORCH_CHECK(is_supported_dtype(t.scalar_type()), op, ": ", name,
-              ": expected dtype float32, float64, float16 or bfloat16, got ", dtype_name(t.scalar_type()));
+  core_check(op, [&] {
+    const auto* d = core_dtype_info(t.scalar_type());
+    if (!d) tierkit::checks::unknown_dtype(name, dtype_name(t.scalar_type()));
+    tierkit::checks::accepted_dtype(name, d->dtype);
+  });
 }
 
 inline void check_like(const char* op, const at::Tensor& t, const char* name, const at::Tensor& ref,
@@ -51,14 +78,15 @@ inline void check_like(const char* op, const at::Tensor& t, const char* name, co
   check_defined(op, t, name);
   TORCH_CHECK(t.device() == ref.device(), op, ": ", name, ": expected device ", ref.device(), " (same as ",
               ref_name, "), got ", t.device());
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), op, ": ", name, ": expected dtype ",
-              dtype_name(ref.scalar_type()), " (same as ", ref_name, "), got ", dtype_name(t.scalar_type()));
-  TORCH_CHECK(t.sizes() == ref.sizes(), op, ": ", name, ": expected shape ", ref.sizes(), " (same as ",
-              ref_name, "), got ", t.sizes());
+  core_check(op, [&] {
+    tierkit::checks::same_dtype(name, dtype_name(t.scalar_type()), ref_name, dtype_name(ref.scalar_type()));
+    tierkit::checks::same_shape(name, t.sizes(), ref_name, ref.sizes(), tierkit::ShapeStyle::List);
+  });
 }
 
 // `out` may be exactly an input (in place), never a partial overlap, and
-// must not write one address twice (an expanded tensor).
+// must not write one address twice (an expanded tensor). aten's overlap
+// analysis knows torch's storages, so it decides here.
 inline void check_out(const char* op, const at::Tensor& out,
                       std::initializer_list<std::pair<const at::Tensor*, const char*>> inputs) {
   TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,

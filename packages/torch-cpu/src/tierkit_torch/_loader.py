@@ -38,4 +38,4 @@ def load_aot() -> None:
     if _loaded == "aot":
         return
     mark_loaded("aot")
-    from . import _C  # noqa: F401  (static initialisers register the ops)
+    from . import _C  # type: ignore[attr-defined]  # noqa: F401  (static initialisers register the ops)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
-_SUPPORTED = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _registered = False
+_accepted: tuple[torch.dtype, ...] = ()
+_accepted_text = ""
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -23,8 +24,8 @@ def _name(dtype: torch.dtype) -> str:
 
 def _check_first(op: str, t: torch.Tensor, name: str) -> None:
     torch._check(
-        t.dtype in _SUPPORTED,
-        lambda: f"{op}: {name}: expected dtype float32, float64, float16 or bfloat16, got {_name(t.dtype)}",
+        t.dtype in _accepted,
+        lambda: f"{op}: {name}: expected dtype {_accepted_text}, got {_name(t.dtype)}",
     )
 
 
@@ -71,9 +72,13 @@ def _fake_add_out(a, b, out):
 
 def register() -> None:
     """Register the fake kernels (once per process)."""
-    global _registered
+    global _registered, _accepted, _accepted_text
     if _registered:
         return
+    # The accepted dtypes come from core's dtype table, through the C++ library.
+    names = list(torch.ops.tierkit._accepted_dtypes())
+    _accepted = tuple(getattr(torch, n) for n in names)
+    _accepted_text = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     lib = torch.library
     lib.register_fake("tierkit::custom_add", _fake_binary("tierkit::custom_add"))
     lib.register_fake("tierkit::mul", _fake_binary("tierkit::mul"))

@@ -15,7 +15,7 @@ __all__ = ["cuda_available", "time_op"]
 __version__ = "0.1.0"
 
 try:
-    from . import _C  # noqa: F401  (static initialisers register the CUDA kernels)
+    from . import _C  # type: ignore[attr-defined]  # noqa: F401  (static initialisers register the CUDA kernels)
 except ImportError as exc:  # pragma: no cover - depends on the installed torch
     if torch.version.cuda is None:
         raise ImportError(

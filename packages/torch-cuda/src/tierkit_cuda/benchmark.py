@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+from typing import Any
 
 import torch
 
@@ -53,8 +54,18 @@ def run(sizes=SIZES, dtypes=(torch.float32, torch.bfloat16), with_compile: bool 
 
     ops = torch.ops.tierkit
     rows = []
-    compiled_ss = torch.compile(lambda x: ALPHA * x + BETA) if with_compile else None
-    compiled_add = torch.compile(lambda a, b: a + b) if with_compile else None
+    compiled_ss: Any = None
+    compiled_add: Any = None
+    if with_compile:
+
+        def scale_shift(x):
+            return ALPHA * x + BETA
+
+        def add(x, y):
+            return x + y
+
+        compiled_ss = torch.compile(scale_shift)
+        compiled_add = torch.compile(add)
     for dtype in dtypes:
         item = torch.tensor([], dtype=dtype).element_size()
         for n in sizes:
@@ -103,7 +114,7 @@ def run(sizes=SIZES, dtypes=(torch.float32, torch.bfloat16), with_compile: bool 
                             "fraction_of_clone": gbs / clone_gbs,
                         }
                     )
-            a = b = None  # free this size's tensors before the next allocation
+            a = b = None  # type: ignore[assignment]  # free this size's tensors before the next allocation
             torch.cuda.empty_cache()
     return rows
 

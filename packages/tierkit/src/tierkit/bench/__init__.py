@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 from . import machine, report, targets
 from .sections import SECTIONS, Config, Skip
@@ -14,12 +15,12 @@ from .sections import SECTIONS, Config, Skip
 def run(quick: bool, out_dir: str, log=None) -> dict:
     log = log or (lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     cfg = Config(quick=quick, out_dir=out_dir, log=log)
-    results = {"quick": quick, "machine": machine.info(), "sections": {}}
+    results: dict[str, Any] = {"quick": quick, "machine": machine.info(), "sections": {}}
     for i, (name, section) in enumerate(SECTIONS.items(), 1):
         log(f"({i}/{len(SECTIONS)}) {name} ...")
         t0 = time.perf_counter()
         try:
-            results["sections"][name] = {"rows": section(cfg), "skipped": None}
+            results["sections"][name] = {"rows": section.measure(cfg), "skipped": None}
         except Skip as why:
             results["sections"][name] = {"rows": [], "skipped": str(why)}
             log(f"    skipped: {why}")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import runpy
 from pathlib import Path
 
 from . import probe
@@ -22,6 +24,22 @@ info = {
 }
 print(json.dumps(info))
 """
+
+
+def tier_defaults() -> dict:
+    """tierkit-cuda's build defaults (its cuda_defaults.py), read by path
+    without importing torch: from the installed tier, else from the source
+    checkout this doctor runs from."""
+    candidates = []
+    spec = importlib.util.find_spec("tierkit_cuda")
+    if spec and spec.submodule_search_locations:
+        candidates += [Path(p, "cuda_defaults.py") for p in spec.submodule_search_locations]
+    candidates.append(Path(__file__).resolve().parents[4] / "torch-cuda/src/tierkit_cuda/cuda_defaults.py")
+    for path in candidates:
+        if path.is_file():
+            values = runpy.run_path(str(path))
+            return {"CUDA_HOME": values["CUDA_HOME"], "TORCH_CUDA_ARCH_LIST": values["TORCH_CUDA_ARCH_LIST"]}
+    return {"CUDA_HOME": None, "TORCH_CUDA_ARCH_LIST": None}
 
 
 def torch_info() -> tuple[dict | None, str]:
@@ -87,7 +105,9 @@ def resolve_cuda_home() -> tuple[str | None, str]:
 
 def is_toolkit(home: str | None) -> bool:
     """A CUDA toolkit root: bin/nvcc and the runtime library to link."""
-    return bool(home) and Path(home, "bin", "nvcc").exists() and any(Path(home).glob("lib*/libcudart.so*"))
+    return (
+        home is not None and Path(home, "bin", "nvcc").exists() and any(Path(home).glob("lib*/libcudart.so*"))
+    )
 
 
 def is_wrapper_script(path: str) -> bool:
@@ -113,6 +133,10 @@ def compare_versions(toolkit: str, torch_cuda: str) -> tuple[str, str]:
 def cuda_checks(info: dict | None) -> list[Check]:
     torch_cuda = info.get("cuda") if info else None
     checks: list[Check] = []
+    defaults = tier_defaults()
+    # None when tierkit-cuda is neither installed nor in this checkout.
+    default_home = defaults["CUDA_HOME"]
+    default_arch = defaults["TORCH_CUDA_ARCH_LIST"] or "torch's guess"
     home, how = resolve_cuda_home()
     on_path = probe.which("nvcc")
     if on_path and not os.environ.get("CUDA_HOME") and is_wrapper_script(on_path):
@@ -120,19 +144,19 @@ def cuda_checks(info: dict | None) -> list[Check]:
             warn(
                 "nvcc on PATH",
                 f"{on_path} is a wrapper script; torch would take CUDA_HOME={home}",
-                "export CUDA_HOME=/usr/local/cuda (the toolkit root); otherwise linking fails with `cannot find -lcudart`",
+                f"export CUDA_HOME={default_home} (the toolkit root); otherwise linking fails with `cannot find -lcudart`",
             )
         )
-    if not is_toolkit(home) and not os.environ.get("CUDA_HOME") and is_toolkit("/usr/local/cuda"):
+    if not is_toolkit(home) and not os.environ.get("CUDA_HOME") and default_home and is_toolkit(default_home):
         checks.append(
             warn(
                 "CUDA_HOME",
                 f"unset; torch alone would use {home} ({how}), which has no lib64/libcudart.so; "
-                "tierkit's builds default to /usr/local/cuda",
-                "export CUDA_HOME=/usr/local/cuda so other torch extensions link too",
+                f"tierkit's builds default to {default_home}",
+                f"export CUDA_HOME={default_home} so other torch extensions link too",
             )
         )
-        home, how = "/usr/local/cuda", "tierkit default"
+        home, how = default_home, "tierkit default"
     if not is_toolkit(home):
         status = fail if torch_cuda else warn
         checks.append(
@@ -143,6 +167,7 @@ def cuda_checks(info: dict | None) -> list[Check]:
             )
         )
         return checks
+    assert home is not None  # is_toolkit(None) is False
     nvcc = str(Path(home, "bin", "nvcc"))
     checks.append(ok("CUDA_HOME", f"{home} ({how})"))
     toolkit = nvcc_version(nvcc)
@@ -168,14 +193,22 @@ def cuda_checks(info: dict | None) -> list[Check]:
     arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
     caps = [f"{a}.{b}" for a, b in (info or {}).get("capabilities", [])]
     if caps:
-        wanted = set((arch_list or "9.0").replace(";", " ").replace("+PTX", "").split())
+        wanted = set(
+            (arch_list or defaults["TORCH_CUDA_ARCH_LIST"] or "")
+            .replace(";", " ")
+            .replace("+PTX", "")
+            .split()
+        )
         missing = sorted(set(caps) - wanted)
         checks.append(
-            ok("TORCH_CUDA_ARCH_LIST", f"{arch_list or '(unset: tiers default to 9.0)'} covers GPUs {caps}")
+            ok(
+                "TORCH_CUDA_ARCH_LIST",
+                f"{arch_list or f'(unset: tiers default to {default_arch})'} covers GPUs {caps}",
+            )
             if not missing
             else fail(
                 "TORCH_CUDA_ARCH_LIST",
-                f"{arch_list or '9.0 (default)'} lacks {missing} of the visible GPUs {caps}",
+                f"{arch_list or f'{default_arch} (default)'} lacks {missing} of the visible GPUs {caps}",
                 f'export TORCH_CUDA_ARCH_LIST="{";".join(sorted(wanted | set(caps)))}" and rebuild (else: no kernel image is available)',
             )
         )
@@ -183,7 +216,7 @@ def cuda_checks(info: dict | None) -> list[Check]:
         checks.append(
             ok(
                 "TORCH_CUDA_ARCH_LIST",
-                f"{arch_list or '(unset: tiers default to 9.0)'}; no GPU visible to compare",
+                f"{arch_list or f'(unset: tiers default to {default_arch})'}; no GPU visible to compare",
             )
         )
 

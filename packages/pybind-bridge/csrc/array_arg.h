@@ -10,7 +10,7 @@
 
 #include <memory>
 
-#include "array.h"
+#include "buffer.h"
 #include "tierkit/view.h"
 
 namespace tierkit_bridge {
@@ -24,7 +24,7 @@ class ArrayArg {
   const tierkit::TensorView& view() const { return view_; }
   bool readonly() const { return readonly_; }
   // A Buffer sharing this memory; it keeps the source object alive.
-  PyArray share() const;
+  Buffer share() const;
 
  private:
   static ArrayArg from_raw(void* first, tierkit::DType dtype, const tierkit::Shape& shape,

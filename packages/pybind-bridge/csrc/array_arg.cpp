@@ -1,4 +1,4 @@
-#include "imports.h"
+#include "array_arg.h"
 
 #include <algorithm>
 #include <cstring>
@@ -48,37 +48,30 @@ DType dtype_from_format(const char* format, Py_ssize_t itemsize, const char* nam
     f = f.substr(1);
   }
   if (f.size() == 1) {
-    switch (f[0]) {
-      case 'f': return DType::Float32;
-      case 'd': return DType::Float64;
-      case 'e': return DType::Float16;
-      case 'i':
-      case 'l':
-      case 'q':
-        if (itemsize == 4) return DType::Int32;
-        if (itemsize == 8) return DType::Int64;
-        break;
-      default: break;
+    // 'i', 'l', 'q' are C int, long, long long: which DType depends on the size.
+    const bool c_signed_int = f[0] == 'i' || f[0] == 'l' || f[0] == 'q';
+    for (const tierkit::DTypeInfo& d : tierkit::kDTypeTable) {
+      const bool int_match =
+          c_signed_int && d.dlpack_code == kDLInt && d.size == static_cast<std::size_t>(itemsize);
+      if (int_match || (!c_signed_int && d.buffer_format == f[0])) return d.dtype;
     }
   }
+  const std::string no_format = tierkit::dtype_list(
+      [](const tierkit::DTypeInfo& d) { return d.accepted && d.buffer_format == '\0'; }, " and ");
   throw py::type_error(std::string(name) + ": unsupported element type (buffer format '" + f +
-                       "'); accepted: float32, float64, float16 (bfloat16 through DLPack)");
+                       "'); accepted: " + tierkit::accepted_dtype_names() +
+                       (no_format.empty() ? "" : " (" + no_format + " only through DLPack)"));
 }
 
 DType dtype_from_dlpack(const DLDataType& t, const char* name) {
   if (t.lanes == 1) {
-    if (t.code == kDLFloat && t.bits == 32) return DType::Float32;
-    if (t.code == kDLFloat && t.bits == 64) return DType::Float64;
-    if (t.code == kDLFloat && t.bits == 16) return DType::Float16;
-    if (t.code == kDLBfloat && t.bits == 16) return DType::BFloat16;
-    if (t.code == kDLInt && t.bits == 32) return DType::Int32;
-    if (t.code == kDLInt && t.bits == 64) return DType::Int64;
+    if (const auto* d = tierkit::dtype_from_dlpack(t.code, t.bits)) return d->dtype;
   }
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   const std::string code = t.code < 7 ? codes[t.code] : std::to_string(t.code);
   throw py::type_error(std::string(name) + ": unsupported element type " + code + std::to_string(t.bits) +
                        (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "") +
-                       " from DLPack; accepted: float32, float64, float16, bfloat16");
+                       " from DLPack; accepted: " + tierkit::accepted_dtype_names());
 }
 
 const char* device_name(int type) {
@@ -100,12 +93,8 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
                             std::shared_ptr<void> keep, bool readonly) {
   // TensorView addresses from its lowest element: with negative strides
   // that is not the first one.
-  std::int64_t lo = 0, hi = 0;
   const bool empty = shape.numel() == 0;
-  for (int i = 0; i < shape.rank() && !empty; ++i) {
-    const std::int64_t reach = (shape[i] - 1) * strides[i];
-    (reach < 0 ? lo : hi) += reach;
-  }
+  const auto [lo, hi] = tierkit::reach(shape, strides);
   const auto item = static_cast<std::int64_t>(tierkit::dtype_size(dtype));
   ArrayArg arg;
   arg.view_ = tierkit::TensorView(static_cast<char*>(first) + lo * item, empty ? 0 : hi - lo + 1, dtype,
@@ -124,8 +113,8 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
   };
 
   // 1. Our own Buffer: no protocol needed.
-  if (py::isinstance<PyArray>(obj)) {
-    const auto& a = obj.cast<const PyArray&>();
+  if (py::isinstance<Buffer>(obj)) {
+    const auto& a = obj.cast<const Buffer&>();
     if (!a.dtype) {
       throw py::type_error(std::string(name) +
                            ": a raw byte Buffer has no element type; create it with "
@@ -240,13 +229,11 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
                        type_name(obj));
 }
 
-PyArray ArrayArg::share() const {
-  PyArray a;
+Buffer ArrayArg::share() const {
+  Buffer a;
   const auto item = tierkit::dtype_size(view_.dtype());
   // Capacity covers exactly the elements the view can reach.
-  std::int64_t hi = view_.offset();
-  for (int i = 0; i < view_.rank(); ++i)
-    hi += std::max<std::int64_t>(0, (view_.shape()[i] - 1) * view_.strides()[i]);
+  const std::int64_t hi = view_.offset() + tierkit::reach(view_.shape(), view_.strides()).hi;
   const std::size_t nbytes = view_.numel() == 0 ? 0 : static_cast<std::size_t>(hi + 1) * item;
   std::shared_ptr<void> keep = keepalive_;
   a.storage = std::make_shared<tierkit::Buffer>(tierkit::Buffer::wrap(

@@ -1,4 +1,4 @@
-// PyArray: what a Python `tierkit_bridge.Buffer` holds. Shared ownership of a
+// Buffer: what a Python `tierkit_bridge.Buffer` holds. Shared ownership of a
 // core Buffer plus the typed, strided layout seen from Python. Every view
 // handed out (memoryview, numpy, DLPack) holds a reference to the storage, so
 // the memory lives as long as the last of them, whatever order they die in.
@@ -18,7 +18,7 @@ namespace tierkit_bridge {
 
 namespace py = pybind11;
 
-struct PyArray {
+struct Buffer {
   std::shared_ptr<tierkit::Buffer> storage;
   std::optional<tierkit::DType> dtype;  // nullopt: raw bytes (format 'B')
   tierkit::Shape shape;
@@ -40,13 +40,13 @@ struct PyArray {
 
   // A fresh C-contiguous array; `cached` takes the memory from core's
   // process-wide caching allocator instead of the system.
-  static PyArray empty(const tierkit::Shape& shape, tierkit::DType dtype, bool cached);
+  static Buffer empty(const tierkit::Shape& shape, tierkit::DType dtype, bool cached);
 };
 
 // "float32", numpy.float32, numpy.dtype('float32'), torch.float32 -> DType.
 tierkit::DType parse_dtype(const py::handle& obj);
 tierkit::Shape parse_shape(const py::handle& obj, const char* name);
 
-void bind_array(py::module_& m);
+void bind_buffer(py::module_& m);
 
 }  // namespace tierkit_bridge

@@ -1,10 +1,11 @@
 // tierkit_bridge.Buffer: construction, the buffer protocol and DLPack export.
-#include "array.h"
+#include "buffer.h"
 
 #include <pybind11/stl.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,8 +19,8 @@ using tierkit::DType;
 using tierkit::Shape;
 
 namespace {
-PyArray empty_of(const Shape& shape, DType dtype) {
-  PyArray a;
+Buffer empty_of(const Shape& shape, DType dtype) {
+  Buffer a;
   a.storage = std::make_shared<tierkit::Buffer>();
   a.dtype = dtype;
   a.shape = shape;
@@ -28,7 +29,7 @@ PyArray empty_of(const Shape& shape, DType dtype) {
 }
 }  // namespace
 
-PyArray PyArray::empty(const Shape& shape, DType dtype, bool cached) {
+Buffer Buffer::empty(const Shape& shape, DType dtype, bool cached) {
   // Sizes are multiplied with overflow checks: a shape whose byte count wraps
   // around would otherwise allocate a tiny buffer behind a huge shape.
   std::size_t nbytes = tierkit::dtype_size(dtype);
@@ -42,7 +43,7 @@ PyArray PyArray::empty(const Shape& shape, DType dtype, bool cached) {
     throw tierkit::OutOfMemory(tierkit::detail::concat(
         "shape: ", shape.str(), " of ", tierkit::dtype_name(dtype), " is too large to allocate"));
   }
-  PyArray a;
+  Buffer a;
   a.storage = std::make_shared<tierkit::Buffer>(cached ? tierkit::default_host_allocator().allocate(nbytes)
                                                        : tierkit::Buffer(nbytes));
   a.dtype = dtype;
@@ -66,7 +67,7 @@ DType parse_dtype(const py::handle& obj) {
   try {
     return tierkit::dtype_from_name(name);
   } catch (const tierkit::DTypeError&) {
-    throw py::type_error("dtype: expected one of float32, float64, float16, bfloat16, int32, int64, got " +
+    throw py::type_error("dtype: expected one of " + tierkit::all_dtype_names() + ", got " +
                          py::repr(obj).cast<std::string>());
   }
 }
@@ -101,23 +102,18 @@ Shape parse_shape(const py::handle& obj, const char* name) {
 namespace {
 
 // PEP 3118 format characters for each dtype ('e' is IEEE half).
-std::string format_of(const PyArray& a) {
+std::string format_of(const Buffer& a) {
   if (!a.dtype) return "B";
-  switch (*a.dtype) {
-    case DType::Float32: return "f";
-    case DType::Float64: return "d";
-    case DType::Float16: return "e";
-    case DType::Int32: return "i";
-    case DType::Int64: return "q";
-    case DType::BFloat16:
-      throw py::buffer_error(
-          "bfloat16 has no buffer-protocol format; export it with DLPack instead "
-          "(torch.from_dlpack(buffer))");
+  const char f = tierkit::dtype_info(*a.dtype).buffer_format;
+  if (f == '\0') {
+    throw py::buffer_error(std::string(tierkit::dtype_name(*a.dtype)) +
+                           " has no buffer-protocol format; export it with DLPack instead "
+                           "(torch.from_dlpack(buffer))");
   }
-  return "B";
+  return std::string(1, f);
 }
 
-py::buffer_info buffer_info_of(const PyArray& a) {
+py::buffer_info buffer_info_of(const Buffer& a) {
   std::vector<py::ssize_t> shape(a.shape.begin(), a.shape.end());
   std::vector<py::ssize_t> strides;
   for (std::int64_t s : a.strides) strides.push_back(static_cast<py::ssize_t>(s * a.itemsize()));
@@ -125,15 +121,10 @@ py::buffer_info buffer_info_of(const PyArray& a) {
                          static_cast<py::ssize_t>(shape.size()), shape, strides, a.readonly);
 }
 
-DLDataType dl_dtype_of(const PyArray& a) {
+DLDataType dl_dtype_of(const Buffer& a) {
   if (!a.dtype) return {kDLUInt, 8, 1};
-  const auto bits = static_cast<uint8_t>(8 * tierkit::dtype_size(*a.dtype));
-  switch (*a.dtype) {
-    case DType::BFloat16: return {kDLBfloat, bits, 1};
-    case DType::Int32:
-    case DType::Int64: return {kDLInt, bits, 1};
-    default: return {kDLFloat, bits, 1};
-  }
+  const tierkit::DTypeInfo& d = tierkit::dtype_info(*a.dtype);
+  return {d.dlpack_code, static_cast<uint8_t>(8 * d.size), 1};
 }
 
 // Owns everything a DLPack consumer borrows: the storage reference and the
@@ -149,7 +140,7 @@ struct DLPackContext {
 };
 
 template <typename Managed>
-Managed* make_managed(const PyArray& a) {
+Managed* make_managed(const Buffer& a) {
   auto ctx = std::make_unique<DLPackContext<Managed>>();
   ctx->storage = a.storage;
   ctx->shape.assign(a.shape.begin(), a.shape.end());
@@ -178,7 +169,7 @@ void capsule_destructor(PyObject* capsule, const char* live_name) {
   }
 }
 
-py::object to_dlpack(const PyArray& a, const py::object& stream, const py::object& max_version,
+py::object to_dlpack(const Buffer& a, const py::object& stream, const py::object& max_version,
                      const py::object& dl_device, const py::object& copy) {
   if (!stream.is_none()) {
     throw py::value_error("stream: expected None for a CPU buffer, got " +
@@ -191,10 +182,10 @@ py::object to_dlpack(const PyArray& a, const py::object& stream, const py::objec
                              std::to_string(dev.first) + ", " + std::to_string(dev.second) + ")");
     }
   }
-  PyArray src = a;
+  Buffer src = a;
   if (!copy.is_none() && copy.cast<bool>()) {  // copy=True: a fresh contiguous copy
     tierkit::check(a.dtype.has_value(), "copy: raw byte buffers are always shared");
-    src = PyArray::empty(a.shape, *a.dtype, false);
+    src = Buffer::empty(a.shape, *a.dtype, false);
     const std::size_t item = a.itemsize();
     auto in = a.view();
     // Walk element by element: copies are rare, clarity over speed.
@@ -246,8 +237,8 @@ py::tuple to_tuple(const Shape& s) {
 
 }  // namespace
 
-void bind_array(py::module_& m) {
-  py::class_<PyArray>(m, "Buffer", py::buffer_protocol(), R"doc(
+void bind_buffer(py::module_& m) {
+  py::class_<Buffer>(m, "Buffer", py::buffer_protocol(), R"doc(
 Memory owned by tierkit's C++ core, seen from Python.
 
 Exports the buffer protocol (``memoryview(b)``, ``numpy.asarray(b)``) and
@@ -255,7 +246,7 @@ DLPack (``numpy.from_dlpack(b)``, ``torch.from_dlpack(b)``) without copying.
 Every such view keeps the memory alive, so deleting the Buffer first is safe.
 )doc")
       .def(py::init([](std::size_t nbytes, std::size_t alignment, bool cached) {
-             PyArray a;
+             Buffer a;
              if (cached) {
                tierkit::check(alignment <= tierkit::default_host_allocator().alignment(),
                               "alignment: the caching allocator gives ",
@@ -278,7 +269,7 @@ Every such view keeps the memory alive, so deleting the Buffer first is safe.
       .def_static(
           "empty",
           [](const py::object& shape, const py::object& dtype, bool cached) {
-            return PyArray::empty(parse_shape(shape, "shape"), parse_dtype(dtype), cached);
+            return Buffer::empty(parse_shape(shape, "shape"), parse_dtype(dtype), cached);
           },
           py::arg("shape"), py::arg("dtype") = "float32", py::kw_only(), py::arg("cached") = false,
           "An uninitialised C-contiguous buffer of ``shape`` and ``dtype``.")
@@ -286,7 +277,7 @@ Every such view keeps the memory alive, so deleting the Buffer first is safe.
           "from_list",
           [](const py::sequence& values, const py::object& dtype) {
             const DType t = parse_dtype(dtype);
-            PyArray a = PyArray::empty(Shape{static_cast<std::int64_t>(values.size())}, t, false);
+            Buffer a = Buffer::empty(Shape{static_cast<std::int64_t>(values.size())}, t, false);
             std::size_t i = 0;
             for (const auto& v : values) {
               if (!PyFloat_Check(v.ptr()) && !PyLong_Check(v.ptr())) {
@@ -296,67 +287,62 @@ Every such view keeps the memory alive, so deleting the Buffer first is safe.
               }
               const double x = v.cast<double>();
               void* p = static_cast<char*>(a.data()) + i * a.itemsize();
-              switch (t) {
-                case DType::Float32: *static_cast<float*>(p) = static_cast<float>(x); break;
-                case DType::Float64: *static_cast<double*>(p) = x; break;
-                case DType::Float16:
-                  *static_cast<tierkit::Half*>(p) = tierkit::Half(static_cast<float>(x));
-                  break;
-                case DType::BFloat16:
-                  *static_cast<tierkit::BFloat16*>(p) = tierkit::BFloat16(static_cast<float>(x));
-                  break;
-                case DType::Int32: *static_cast<std::int32_t*>(p) = v.cast<std::int32_t>(); break;
-                case DType::Int64: *static_cast<std::int64_t*>(p) = v.cast<std::int64_t>(); break;
-              }
+              tierkit::dispatch_any(t, [&](auto tag) {
+                using T = decltype(tag);
+                if constexpr (std::is_integral_v<T>) {
+                  *static_cast<T*>(p) = v.cast<T>();
+                } else {
+                  *static_cast<T*>(p) = T(static_cast<tierkit::compute_t<T>>(x));
+                }
+              });
               ++i;
             }
             return a;
           },
           py::arg("values"), py::arg("dtype") = "float32",
           "A 1-d buffer holding ``values`` converted to ``dtype``.")
-      .def_buffer([](PyArray& a) { return buffer_info_of(a); })
+      .def_buffer([](Buffer& a) { return buffer_info_of(a); })
       .def(
           "__dlpack__",
-          [](const PyArray& a, const py::object& stream, const py::object& max_version,
+          [](const Buffer& a, const py::object& stream, const py::object& max_version,
              const py::object& dl_device,
              const py::object& copy) { return to_dlpack(a, stream, max_version, dl_device, copy); },
           py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
           py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
           "A DLPack capsule sharing this memory (versioned when ``max_version >= (1, 0)``).")
       .def(
-          "__dlpack_device__", [](const PyArray&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); },
+          "__dlpack_device__", [](const Buffer&) { return py::make_tuple(static_cast<int>(kDLCPU), 0); },
           "``(1, 0)``: CPU memory.")
-      .def_property_readonly("shape", [](const PyArray& a) { return to_tuple(a.shape); })
+      .def_property_readonly("shape", [](const Buffer& a) { return to_tuple(a.shape); })
       .def_property_readonly(
           "strides",
-          [](const PyArray& a) {
+          [](const Buffer& a) {
             py::tuple t(a.strides.rank());
             for (int i = 0; i < a.strides.rank(); ++i)
               t[i] = a.strides[i] * static_cast<std::int64_t>(a.itemsize());
             return t;
           },
           "Strides in bytes, as numpy reports them.")
-      .def_property_readonly("dtype", &PyArray::dtype_name)
-      .def_property_readonly("itemsize", &PyArray::itemsize)
-      .def_property_readonly("ndim", [](const PyArray& a) { return a.shape.rank(); })
-      .def_property_readonly("size", [](const PyArray& a) { return a.shape.numel(); })
+      .def_property_readonly("dtype", &Buffer::dtype_name)
+      .def_property_readonly("itemsize", &Buffer::itemsize)
+      .def_property_readonly("ndim", [](const Buffer& a) { return a.shape.rank(); })
+      .def_property_readonly("size", [](const Buffer& a) { return a.shape.numel(); })
       .def_property_readonly(
-          "nbytes",
-          [](const PyArray& a) { return a.shape.numel() * static_cast<std::int64_t>(a.itemsize()); })
-      .def_property_readonly("alignment", [](const PyArray& a) { return a.storage->alignment(); })
-      .def_property_readonly("readonly", [](const PyArray& a) { return a.readonly; })
+          "nbytes", [](const Buffer& a) { return a.shape.numel() * static_cast<std::int64_t>(a.itemsize()); })
+      .def_property_readonly("alignment", [](const Buffer& a) { return a.storage->alignment(); })
+      .def_property_readonly("readonly", [](const Buffer& a) { return a.readonly; })
       .def_property_readonly(
-          "cached", [](const PyArray& a) { return a.from_cache; },
+          "cached", [](const Buffer& a) { return a.from_cache; },
           "True if the memory came from the caching allocator.")
       .def_property_readonly(
-          "data_ptr", [](const PyArray& a) { return reinterpret_cast<std::uintptr_t>(a.data()); },
+          "data_ptr", [](const Buffer& a) { return reinterpret_cast<std::uintptr_t>(a.data()); },
           "Address of the first element.")
       .def("__len__",
-           [](const PyArray& a) {
+           [](const Buffer& a) {
              if (a.shape.rank() == 0) throw py::type_error("len() of a 0-d Buffer");
              return a.shape[0];
            })
-      .def("__repr__", [](const PyArray& a) {
+      .def("__repr__", [](const Buffer& a) {
         return "tierkit_bridge.Buffer(shape=" + a.shape.str() + ", dtype=" + a.dtype_name() + ")";
       });
 }

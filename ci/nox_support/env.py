@@ -1,0 +1,120 @@
+"""The one shared virtual environment, .nox/_env, and installing tiers into it.
+
+torch alone is 1-5.5 GB and must not be installed per session, so every
+Python-facing session reuses .nox/_env. A stamp holding the hash of the
+requirement files makes re-runs skip pip; a stamp per tier holding the hash
+of its sources (and its dependencies') makes unchanged tiers skip rebuilding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import runpy
+import sys
+from pathlib import Path
+
+import nox
+
+from .tiers import TIERS
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV_DIR = ROOT / ".nox" / "_env"
+STAMPS = ENV_DIR / ".tierkit-stamps"
+BUILD_DIR = ROOT / "build"
+DIST_DIR = ROOT / "dist"
+BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
+
+_cuda = runpy.run_path(str(ROOT / "packages/torch-cuda/src/tierkit_cuda/cuda_defaults.py"))
+MAX_JOBS = os.environ.get("MAX_JOBS", "2")
+BUILD_ENV = {
+    "MAX_JOBS": MAX_JOBS,
+    "CMAKE_BUILD_PARALLEL_LEVEL": MAX_JOBS,
+    "CMAKE_GENERATOR": "Ninja",
+    "TORCH_CUDA_ARCH_LIST": _cuda["arch_list"](),
+}
+if _cuda["cuda_home"]():
+    BUILD_ENV["CUDA_HOME"] = _cuda["cuda_home"]()
+
+
+def has_cuda_toolkit() -> bool:
+    return Path(BUILD_ENV.get("CUDA_HOME", "/nonexistent"), "bin", "nvcc").exists()
+
+
+def python() -> str:
+    return str(ENV_DIR / "bin" / "python")
+
+
+def shared_env(session: nox.Session, *requirement_files: str) -> str:
+    """Create/refresh .nox/_env with the given requirement files; return its python."""
+    files = sorted(set(requirement_files))
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode())
+        digest.update((ROOT / name).read_bytes())
+    stamp = STAMPS / digest.hexdigest()
+    if not (ENV_DIR / "bin" / "python").exists():
+        session.run(BASE_PYTHON, "-m", "venv", str(ENV_DIR), external=True)
+        session.run(python(), "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
+    if not stamp.exists():
+        args = [arg for name in files for arg in ("-r", str(ROOT / name))]
+        session.run(python(), "-m", "pip", "install", "-q", *args, external=True)
+        STAMPS.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    return python()
+
+
+SKIP_PARTS = {"build", "__pycache__", ".pytest_cache", "dist"}
+
+
+def tier_digest(name: str) -> str:
+    """Hash of a tier's sources and of the tiers it builds on."""
+    digest = hashlib.sha256()
+    for dep in TIERS[name].needs:
+        digest.update(tier_digest(dep).encode())
+    root = ROOT / TIERS[name].path
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if (
+            path.is_file()
+            and not SKIP_PARTS.intersection(rel.parts)
+            and not any(part.endswith(".egg-info") for part in rel.parts)
+        ):
+            digest.update(str(rel).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def pip_install(session: nox.Session, py: str, path: Path, *args: str, env: dict | None = None) -> None:
+    """pip-install one source tree against what the env already holds."""
+    session.run(
+        py,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        *args,
+        str(path),
+        external=True,
+        env={**BUILD_ENV, **(env or {})},
+    )
+
+
+def install_tiers(session: nox.Session, py: str, names) -> None:
+    """pip-install tiers in order, skipping those unchanged since their last install.
+
+    Reinstalling an unchanged tier would rewrite core's headers with new
+    mtimes and make every tier above rebuild from scratch.
+    """
+    for name in names:
+        stamp = STAMPS / f"{name}-{tier_digest(name)}"
+        if stamp.exists():
+            session.log(f"{name}: installed and up to date")
+            continue
+        pip_install(session, py, ROOT / TIERS[name].path, "--force-reinstall")
+        for old in STAMPS.glob(f"{name}-*"):
+            old.unlink()
+        STAMPS.mkdir(parents=True, exist_ok=True)
+        stamp.touch()

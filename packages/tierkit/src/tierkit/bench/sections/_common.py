@@ -1,0 +1,76 @@
+"""What every benchmark section shares: the run's settings, the Skip signal,
+row and table helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..timing import Samples
+
+ALPHA, BETA = 2.0, 1.0
+
+
+class Skip(Exception):
+    """This section cannot run here; the message says why."""
+
+
+@dataclass
+class Config:
+    quick: bool
+    out_dir: str
+    log: Callable[[str], None] = print
+
+    @property
+    def reps(self) -> int:
+        return 3 if self.quick else 7
+
+
+def need(module: str):
+    try:
+        return __import__(module)
+    except ImportError as exc:
+        raise Skip(f"{module} is not installed") from exc
+
+
+def row(section: str, s: Samples, **fields) -> dict:
+    return {"section": section, **fields, "median_s": s.median, "min_s": s.min, "max_s": s.max}
+
+
+def gbs(nbytes: float, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+def timed_rows(results: dict, section: str) -> list[dict]:
+    """The rows of `section` that carry timings."""
+    return [r for r in results["sections"].get(section, {}).get("rows", []) if "median_s" in r]
+
+
+def pick(rows, **match):
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def target(name, threshold, measured, met, detail=""):
+    return {"target": name, "threshold": threshold, "measured": measured, "met": met, "detail": detail}
+
+
+def not_measured(name, threshold, why):
+    return {"target": name, "threshold": threshold, "measured": None, "met": None, "detail": why}
+
+
+def fmt_s(s: float) -> str:
+    if s >= 1e-1:
+        return f"{s:.3f} s"
+    if s >= 1e-4:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} us"
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def timed(r: dict) -> str:
+    return f"{fmt_s(r['median_s'])} ({fmt_s(r['min_s'])}–{fmt_s(r['max_s'])})"
