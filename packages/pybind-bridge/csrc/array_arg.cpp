@@ -1,6 +1,8 @@
 #include "array_arg.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -90,7 +92,26 @@ const char* device_name(int type) {
 }  // namespace
 
 ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const Shape& strides,
-                            std::shared_ptr<void> keep, bool readonly) {
+                            std::shared_ptr<void> keep, bool readonly, const char* name) {
+  // Kernels read elements through T*: an address that is not a multiple of
+  // the item size is undefined behaviour (and faults on some CPUs). Strides
+  // are whole items, so the first element decides for all of them.
+  const auto item_size = tierkit::dtype_size(dtype);
+  const auto address = reinterpret_cast<std::uintptr_t>(first);
+  if (shape.numel() != 0 && address % item_size != 0) {
+    const std::uintptr_t alignment = address & (~address + 1);  // lowest set bit
+    throw py::value_error(
+        std::string(name) + ": data at address 0x" +
+        [&] {
+          char hex[32];
+          std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(address));
+          return std::string(hex);
+        }() +
+        " is aligned to " + std::to_string(alignment) + " byte(s); " +
+        std::string(tierkit::dtype_name(dtype)) + " elements need " + std::to_string(item_size) +
+        " (e.g. np.frombuffer(..., offset=...) with an offset that is not a multiple of the "
+        "item size); copy it first: np.array(x)");
+  }
   // TensorView addresses from its lowest element: with negative strides
   // that is not the first one.
   const bool empty = shape.numel() == 0;
@@ -151,16 +172,31 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
       throw py::value_error(std::string(name) + ": expected at most " + std::to_string(tierkit::kMaxRank) +
                             " dimensions, got " + std::to_string(raw->ndim));
     }
+    if (raw->itemsize != static_cast<Py_ssize_t>(tierkit::dtype_size(dtype))) {
+      throw py::type_error(std::string(name) + ": buffer format '" + (raw->format ? raw->format : "B") +
+                           "' has items of " + std::to_string(raw->itemsize) + " bytes, expected " +
+                           std::to_string(tierkit::dtype_size(dtype)) + " for " +
+                           std::string(tierkit::dtype_name(dtype)));
+    }
+    // Some producers (ctypes) leave strides null even when asked for them:
+    // that means C-contiguous.
+    Shape contiguous;
+    if (raw->ndim > 0 && raw->shape == nullptr) {
+      throw py::value_error(std::string(name) + ": " + type_name(obj) + " exported " +
+                            std::to_string(raw->ndim) + " dimensions without a shape");
+    }
+    for (int i = 0; i < raw->ndim; ++i) contiguous.push_back(raw->shape[i]);
+    contiguous = contiguous.contiguous_strides();
     for (int i = 0; i < raw->ndim; ++i) {
-      if (raw->strides[i] % raw->itemsize != 0) {
+      const Py_ssize_t stride = raw->strides ? raw->strides[i] : contiguous[i] * raw->itemsize;
+      if (stride % raw->itemsize != 0) {
         throw py::value_error(std::string(name) + ": strides must be multiples of the item size (" +
-                              std::to_string(raw->itemsize) + " bytes), got " +
-                              std::to_string(raw->strides[i]));
+                              std::to_string(raw->itemsize) + " bytes), got " + std::to_string(stride));
       }
       shape.push_back(raw->shape[i]);
-      strides.push_back(raw->strides[i] / raw->itemsize);
+      strides.push_back(stride / raw->itemsize);
     }
-    return from_raw(raw->buf, dtype, shape, strides, std::move(keep), raw->readonly != 0);
+    return from_raw(raw->buf, dtype, shape, strides, std::move(keep), raw->readonly != 0, name);
   }
 
   // 3. DLPack.
@@ -222,7 +258,7 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
     Shape strides =
         t->strides ? Shape::from_range(t->strides, t->strides + t->ndim) : shape.contiguous_strides();
     return from_raw(static_cast<char*>(t->data) + t->byte_offset, dtype, shape, strides, std::move(keep),
-                    readonly);
+                    readonly, name);
   }
 
   throw py::type_error(std::string(name) + ": expected an array (buffer protocol or __dlpack__), got " +

@@ -28,7 +28,8 @@ class ArrayArg {
 
  private:
   static ArrayArg from_raw(void* first, tierkit::DType dtype, const tierkit::Shape& shape,
-                           const tierkit::Shape& strides, std::shared_ptr<void> keepalive, bool readonly);
+                           const tierkit::Shape& strides, std::shared_ptr<void> keepalive, bool readonly,
+                           const char* name);
   tierkit::TensorView view_;
   std::shared_ptr<void> keepalive_;
   bool readonly_ = false;

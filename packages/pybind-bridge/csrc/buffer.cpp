@@ -158,15 +158,15 @@ Managed* make_managed(const Buffer& a) {
   return &ctx.release()->managed;
 }
 
-// A capsule nobody consumed still owns its tensor and must free it.
+// A capsule nobody consumed still owns its tensor and must free it. A
+// consumed one was renamed "used_..." and is the consumer's business. The
+// destructor may run while an exception propagates: PyCapsule_IsValid sets
+// no error, and nothing here may touch the error indicator.
 template <typename Managed>
 void capsule_destructor(PyObject* capsule, const char* live_name) {
-  if (PyCapsule_IsValid(capsule, live_name)) {
-    auto* m = static_cast<Managed*>(PyCapsule_GetPointer(capsule, live_name));
-    if (m && m->deleter) m->deleter(m);
-  } else {
-    PyErr_Clear();
-  }
+  if (!PyCapsule_IsValid(capsule, live_name)) return;
+  auto* m = static_cast<Managed*>(PyCapsule_GetPointer(capsule, live_name));
+  if (m && m->deleter) m->deleter(m);
 }
 
 py::object to_dlpack(const Buffer& a, const py::object& stream, const py::object& max_version,
@@ -183,7 +183,8 @@ py::object to_dlpack(const Buffer& a, const py::object& stream, const py::object
     }
   }
   Buffer src = a;
-  if (!copy.is_none() && copy.cast<bool>()) {  // copy=True: a fresh contiguous copy
+  const bool copied = !copy.is_none() && copy.cast<bool>();
+  if (copied) {  // copy=True: a fresh contiguous, writable copy
     tierkit::check(a.dtype.has_value(), "copy: raw byte buffers are always shared");
     src = Buffer::empty(a.shape, *a.dtype, false);
     const std::size_t item = a.itemsize();
@@ -209,7 +210,7 @@ py::object to_dlpack(const Buffer& a, const py::object& stream, const py::object
   if (versioned) {
     auto* m = make_managed<DLManagedTensorVersioned>(src);
     m->version = {dlpack::kMajor, dlpack::kMinor};
-    m->flags = src.readonly ? dlpack::kFlagReadOnly : 0;
+    m->flags = (src.readonly ? dlpack::kFlagReadOnly : 0) | (copied ? dlpack::kFlagIsCopied : 0);
     PyObject* cap = PyCapsule_New(m, dlpack::kCapsuleVersioned, [](PyObject* c) {
       capsule_destructor<DLManagedTensorVersioned>(c, dlpack::kCapsuleVersioned);
     });
@@ -218,6 +219,13 @@ py::object to_dlpack(const Buffer& a, const py::object& stream, const py::object
       throw py::error_already_set();
     }
     return py::reinterpret_steal<py::object>(cap);
+  }
+  // A legacy (unversioned) capsule has no read-only flag: every consumer
+  // would treat the memory as writable. numpy refuses the same way.
+  if (src.readonly) {
+    throw py::buffer_error(
+        "__dlpack__: this Buffer is read-only and a legacy (unversioned) DLPack capsule cannot say so; "
+        "ask for max_version=(1, 0) (numpy >= 2.1, torch >= 2.5 do) or pass copy=True");
   }
   auto* m = make_managed<DLManagedTensor>(src);
   PyObject* cap = PyCapsule_New(

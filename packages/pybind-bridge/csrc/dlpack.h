@@ -56,7 +56,8 @@ struct DLManagedTensorVersioned {
 namespace tierkit_bridge::dlpack {
 inline constexpr uint32_t kMajor = 1;
 inline constexpr uint32_t kMinor = 0;
-inline constexpr uint64_t kFlagReadOnly = 1;
+inline constexpr uint64_t kFlagReadOnly = 1;       // DLPACK_FLAG_BITMASK_READ_ONLY
+inline constexpr uint64_t kFlagIsCopied = 1 << 1;  // DLPACK_FLAG_BITMASK_IS_COPIED
 inline constexpr const char* kCapsule = "dltensor";
 inline constexpr const char* kCapsuleVersioned = "dltensor_versioned";
 inline constexpr const char* kUsedCapsule = "used_dltensor";

@@ -8,15 +8,31 @@
 // sleeping thread costs tens of microseconds on a VM (measured: a 1e5-element
 // scale_shift took 50 us through a sleeping pool vs 25 us for torch's
 // spinning OpenMP pool), which is the whole budget of a mid-size call.
+//
+// fork(): the workers do not exist in a child process, and a mutex some
+// thread held at fork time stays locked there forever. So the global pool is
+// never touched in a child: a pthread_atfork handler forgets it (the parent's
+// copy is abandoned, never destroyed or joined), and the child's first
+// parallel call starts a fresh pool lazily.
 #pragma once
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#include <sched.h>
+#define TIERKIT_POSIX_THREADS 1
+#endif
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <mutex>
+#include <new>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -26,10 +42,18 @@ class ThreadPool {
  public:
   using Task = std::function<void(std::int64_t, std::int64_t)>;
 
-  // `threads` counts the caller: a pool of N starts N-1 workers.
+  // `threads` counts the caller: a pool of N starts N-1 workers. A worker
+  // the system refuses to create (thread limits, memory) is simply not
+  // there: the pool runs with fewer instead of terminating.
   explicit ThreadPool(unsigned threads = default_threads()) {
     const unsigned n = std::max(1u, threads);
-    for (unsigned i = 1; i < n; ++i) workers_.emplace_back([this, i] { work(i); });
+    for (unsigned i = 1; i < n; ++i) {
+      try {
+        workers_.emplace_back([this, i] { work(i); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
   }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -42,12 +66,55 @@ class ThreadPool {
     for (auto& t : workers_) t.join();
   }
 
-  static unsigned default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+  // The threads this process may really use: the CPUs in its affinity mask
+  // (taskset, container cpusets), capped by the cgroup v2 CPU quota when one
+  // is set (docker --cpus), not the machine's core count.
+  static unsigned default_threads() {
+    unsigned n = std::max(1u, std::thread::hardware_concurrency());
+#ifdef TIERKIT_POSIX_THREADS
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = std::max(1, CPU_COUNT(&set));
+    n = std::min(n, cgroup_cpu_quota());
+#endif
+#endif
+    return std::max(1u, n);
+  }
 
-  // The pool every kernel shares; started on first use.
+  // CPUs allowed by /sys/fs/cgroup/cpu.max ("<quota> <period>" or "max ..."),
+  // rounded up; no limit when there is no such file or no quota.
+  static unsigned cgroup_cpu_quota(const char* path = "/sys/fs/cgroup/cpu.max") {
+    std::ifstream f(path);
+    std::string quota;
+    long long period = 0;
+    if (!(f >> quota >> period) || quota == "max" || period <= 0) return ~0u;
+    try {
+      const long long q = std::stoll(quota);
+      if (q <= 0) return ~0u;
+      return static_cast<unsigned>(std::max<long long>(1, (q + period - 1) / period));
+    } catch (const std::exception&) {
+      return ~0u;
+    }
+  }
+
+  // The pool every kernel shares; started on first use, and again on first
+  // use in a forked child (see the top of this file).
   static ThreadPool& global() {
-    static ThreadPool pool;
-    return pool;
+    GlobalSlot& slot = global_slot();
+    if (ThreadPool* p = slot.pool.load(std::memory_order_acquire)) return *p;
+    std::lock_guard<std::mutex> lock(slot.mutex);
+    ThreadPool* p = slot.pool.load(std::memory_order_relaxed);
+    if (!p) {
+#ifdef TIERKIT_POSIX_THREADS
+      static const int registered = pthread_atfork(nullptr, nullptr, &forget_in_child);
+      (void)registered;
+#endif
+      // Never deleted: at exit the workers may still be waiting, and in a
+      // forked child the object is a copy whose threads and locks are gone.
+      p = new ThreadPool();  // NOLINT(cppcoreguidelines-owning-memory): process lifetime on purpose
+      slot.pool.store(p, std::memory_order_release);
+    }
+    return *p;
   }
 
   unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
@@ -61,11 +128,17 @@ class ThreadPool {
     unsigned want = max_threads == 0 ? size() : std::min(max_threads, size());
     const std::int64_t by_grain = std::max<std::int64_t>(1, n / std::max<std::int64_t>(1, grain));
     want = static_cast<unsigned>(std::min<std::int64_t>(want, by_grain));
+    // A call from inside a chunk (on a worker, or on the caller, which holds
+    // run_mutex_ already: try_lock on it would be undefined) runs inline.
     std::unique_lock<std::mutex> run(run_mutex_, std::defer_lock);
     if (want <= 1 || in_worker() || !run.try_lock()) {
       fn(begin, end);
       return;
     }
+    in_worker() = true;
+    struct Reset {
+      ~Reset() { in_worker() = false; }
+    } reset;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = Job{&fn, begin, end, want};
@@ -103,6 +176,23 @@ class ThreadPool {
   }
   static constexpr int kSpins = 2000;  // ~50-100 us of pause instructions
 
+  struct GlobalSlot {
+    std::atomic<ThreadPool*> pool{nullptr};
+    std::mutex mutex;  // guards creation only
+  };
+  static GlobalSlot& global_slot() {
+    static GlobalSlot slot;
+    return slot;
+  }
+  // pthread_atfork child handler: the child has one thread now, so nothing
+  // else can be using the slot. Its mutex may have been copied locked.
+  static void forget_in_child() {
+    GlobalSlot& slot = global_slot();
+    slot.pool.store(nullptr, std::memory_order_relaxed);
+    new (&slot.mutex) std::mutex();  // the copied one may be held by a thread that is gone
+  }
+
+  // True on pool workers, and on a caller while its parallel_for runs.
   static bool& in_worker() {
     thread_local bool flag = false;
     return flag;
