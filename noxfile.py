@@ -197,6 +197,6 @@ def lint(session: nox.Session) -> None:
         str(p)
         for ext in ("*.h", "*.cpp", "*.cu", "*.cuh")
         for p in (ROOT / "packages").rglob(ext)
-        if "build" not in p.parts
+        if "build" not in p.parts and "third_party" not in p.parts
     ]
     session.run(str(bindir / "clang-format"), "--dry-run", "--Werror", *cpp, external=True)

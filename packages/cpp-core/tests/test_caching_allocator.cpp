@@ -145,3 +145,39 @@ TEST(CachingAllocator, ConcurrentUseKeepsStatsConsistent) {
 TEST(CachingAllocator, DefaultAllocatorIsShared) {
   EXPECT_EQ(&tierkit::default_host_allocator(), &tierkit::default_host_allocator());
 }
+
+TEST(CachingAllocator, CacheStaysUnderItsCapEvictingLargestFirst) {
+  CachingHostAllocator alloc(tierkit::kDefaultAlignment, 4096);
+  {
+    Buffer a = alloc.allocate(2048), b = alloc.allocate(1024), c = alloc.allocate(1024),
+           d = alloc.allocate(2048);
+  }  // 6 KiB given back into a 4 KiB cache
+  AllocatorStats s = alloc.stats();
+  EXPECT_LE(s.bytes_cached, 4096u);
+  EXPECT_GT(s.evictions, 0u);
+  EXPECT_EQ(s.max_cached_bytes, 4096u);
+  {
+    Buffer big = alloc.allocate(8192);  // larger than the whole cap: never cached
+  }
+  EXPECT_LE(alloc.stats().bytes_cached, 4096u);
+  alloc.trim(1024);
+  EXPECT_LE(alloc.stats().bytes_cached, 1024u);
+  alloc.set_max_cached_bytes(0);
+  EXPECT_EQ(alloc.stats().bytes_cached, 0u);
+  {
+    Buffer again = alloc.allocate(512);
+  }
+  EXPECT_EQ(alloc.stats().bytes_cached, 0u);  // cap 0: nothing is kept
+}
+
+TEST(CachingAllocator, CountersAddUpAfterAFailedAllocation) {
+  CachingHostAllocator alloc;
+  {
+    Buffer ok = alloc.allocate(1000);
+  }
+  EXPECT_THROW(alloc.allocate(std::size_t{1} << 62), std::bad_alloc);
+  const AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.failed_allocations, 1u);
+  EXPECT_EQ(s.allocations, 1u);
+  EXPECT_EQ(s.cache_hits + s.cache_misses, s.allocations);
+}

@@ -133,3 +133,16 @@ TEST(Checks, ReachCoversNegativeAndPositiveStrides) {
   EXPECT_EQ(empty.lo, 0);
   EXPECT_EQ(empty.hi, 0);
 }
+
+TEST(Checks, AbsurdSizesAndStridesAreErrorsNotOverflow) {
+  const tierkit::Shape huge{0, std::int64_t{1} << 62, std::int64_t{1} << 62};
+  EXPECT_EQ(huge.numel(), 0);
+  EXPECT_THROW(huge.contiguous_strides(), tierkit::InvalidArgument);
+  EXPECT_THROW((tierkit::Shape{std::int64_t{1} << 40, std::int64_t{1} << 40}.numel()),
+               tierkit::InvalidArgument);
+  std::vector<float> mem(4);
+  const std::int64_t absurd = std::int64_t{1} << 62;
+  EXPECT_THROW(TensorView(mem.data(), 4, DType::Float32, {4}, {absurd}), tierkit::InvalidArgument);
+  EXPECT_THROW(tierkit::reach(tierkit::Shape{3, 3}, tierkit::Shape{absurd, absurd}),
+               tierkit::InvalidArgument);
+}

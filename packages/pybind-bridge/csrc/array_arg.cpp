@@ -117,6 +117,10 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
   const bool empty = shape.numel() == 0;
   const auto [lo, hi] = tierkit::reach(shape, strides);
   const auto item = static_cast<std::int64_t>(tierkit::dtype_size(dtype));
+  if (!empty) {  // the byte extent must be addressable too, not just the element count
+    const std::int64_t extent = tierkit::checked_add(hi - lo, 1, "strides");
+    tierkit::checked_mul(extent, item, (std::string(name) + ": strides").c_str());
+  }
   ArrayArg arg;
   arg.view_ = tierkit::TensorView(static_cast<char*>(first) + lo * item, empty ? 0 : hi - lo + 1, dtype,
                                   shape, strides, -lo);

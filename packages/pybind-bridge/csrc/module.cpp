@@ -28,12 +28,22 @@ void bind_allocator(py::module_& m) {
         d["frees"] = s.frees;
         d["cache_hits"] = s.cache_hits;
         d["cache_misses"] = s.cache_misses;
+        d["failed_allocations"] = s.failed_allocations;
+        d["evictions"] = s.evictions;
+        d["max_cached_bytes"] = s.max_cached_bytes;
         return d;
       },
       "Counters of the process-wide caching allocator, as a dict.");
   a.def(
       "release_cached", [] { tierkit::default_host_allocator().release_cached(); },
       "Return every cached, unused block to the system.");
+  a.def(
+      "trim", [](std::size_t max_bytes) { tierkit::default_host_allocator().trim(max_bytes); },
+      py::arg("max_bytes"), "Free cached blocks, largest first, until at most ``max_bytes`` stay cached.");
+  a.def(
+      "set_max_cached_bytes",
+      [](std::size_t max_bytes) { tierkit::default_host_allocator().set_max_cached_bytes(max_bytes); },
+      py::arg("max_bytes"), "Cap the cache (default 1 GiB); blocks given back beyond it go to the system.");
   a.def("set_enabled", &set_output_caching, py::arg("enabled"),
         "Make allocating ops (out=None) take their output from the caching allocator.");
   a.def("is_enabled", &output_caching);

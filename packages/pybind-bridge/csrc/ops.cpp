@@ -22,6 +22,26 @@ namespace {
 std::atomic<unsigned> g_max_threads{0};
 std::atomic<bool> g_use_cache{false};
 
+// A torch tensor written through `out=` must look written to autograd: torch
+// bumps a tensor's version counter on every in-place op, and backward refuses
+// a saved tensor whose version moved. The bridge knows no torch at build
+// time, so it asks torch (when, and only when, torch is already imported)
+// through torch.autograd.graph.increment_version.
+void bump_torch_version(const py::object& out) {
+  static PyObject* tensor_type = nullptr;  // leaked on purpose: lives as long as torch
+  static PyObject* increment_version = nullptr;
+  if (!tensor_type) {
+    PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+    if (!torch) return;  // torch not imported: `out` cannot be a torch tensor
+    py::object graph = py::module_::import("torch.autograd.graph");
+    increment_version = py::object(graph.attr("increment_version")).release().ptr();
+    tensor_type = py::object(py::reinterpret_borrow<py::object>(torch).attr("Tensor")).release().ptr();
+  }
+  const int is_tensor = PyObject_IsInstance(out.ptr(), tensor_type);
+  if (is_tensor < 0) throw py::error_already_set();
+  if (is_tensor) py::reinterpret_borrow<py::object>(increment_version)(out);
+}
+
 // Core's rules (tierkit/checks.h); its DTypeError / InvalidArgument become
 // TypeError / ValueError through the module's exception translator.
 void require_operand(const tierkit::TensorView& v, const char* name, const tierkit::TensorView& first,
@@ -55,6 +75,7 @@ py::object run(const py::handle (&inputs)[N], const char* const (&names)[N], con
     py::gil_scoped_release nogil;
     kernel(args, dst.view(), threads);
   }
+  if (!out.is_none()) bump_torch_version(out);
   return result;
 }
 

@@ -2,6 +2,7 @@
 
 import gc
 
+import pytest
 import tierkit_bridge as tb
 
 KEYS = {
@@ -12,6 +13,9 @@ KEYS = {
     "frees",
     "cache_hits",
     "cache_misses",
+    "failed_allocations",
+    "evictions",
+    "max_cached_bytes",
 }
 
 
@@ -55,3 +59,30 @@ def test_view_keeps_cached_block_in_use():
     del arr
     gc.collect()
     assert tb.allocator.stats()["bytes_in_use"] == in_use - 8192
+
+
+def test_cap_and_trim_bound_the_cache():
+    default = tb.allocator.stats()["max_cached_bytes"]
+    assert default == 1 << 30
+    tb.allocator.release_cached()
+    try:
+        tb.allocator.set_max_cached_bytes(8192)
+        bufs = [tb.Buffer(3000, cached=True) for _ in range(4)]  # 4 x 4096 bytes
+        del bufs
+        gc.collect()
+        s = tb.allocator.stats()
+        assert s["bytes_cached"] <= 8192 and s["evictions"] >= 2
+        tb.allocator.trim(4096)
+        assert tb.allocator.stats()["bytes_cached"] <= 4096
+    finally:
+        tb.allocator.set_max_cached_bytes(default)
+        tb.allocator.release_cached()
+
+
+def test_counters_add_up_after_a_failed_allocation():
+    s0 = tb.allocator.stats()
+    with pytest.raises(MemoryError):
+        tb.Buffer(1 << 60, cached=True)
+    s1 = tb.allocator.stats()
+    assert s1["failed_allocations"] == s0["failed_allocations"] + 1
+    assert s1["cache_hits"] + s1["cache_misses"] == s1["allocations"]

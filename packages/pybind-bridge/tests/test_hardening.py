@@ -193,3 +193,18 @@ def test_misaligned_input_is_refused_with_addresses():
         tb.scale_shift(x, 2.0, 1.0)
     aligned = np.frombuffer(bytes(20), np.float32, count=4, offset=4)
     np.testing.assert_array_equal(np.asarray(tb.scale_shift(aligned, 2.0, 1.0)), np.ones(4, np.float32))
+
+
+def test_out_torch_tensor_bumps_its_version_for_autograd():
+    torch = pytest.importorskip("torch")
+    a = torch.ones(3, requires_grad=True)
+    b = a.exp()  # exp saves its output for backward
+    before = b._version
+    tb.scale_shift(b.detach(), 2.0, 1.0, out=b.detach())
+    assert b._version == before + 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        b.sum().backward()
+    # numpy outputs are untouched by this (no torch involved)
+    out = np.empty(3, np.float32)
+    tb.add(np.ones(3, np.float32), np.ones(3, np.float32), out=out)
+    np.testing.assert_array_equal(out, [2, 2, 2])

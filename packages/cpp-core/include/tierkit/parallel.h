@@ -29,6 +29,7 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -48,9 +49,12 @@ class ThreadPool {
   explicit ThreadPool(unsigned threads = default_threads()) {
     const unsigned n = std::max(1u, threads);
     for (unsigned i = 1; i < n; ++i) {
+      slots_.push_back(std::make_unique<Slot>());
+      Slot* slot = slots_.back().get();
       try {
-        workers_.emplace_back([this, i] { work(i); });
+        workers_.emplace_back([this, slot, i] { work(*slot, i); });
       } catch (const std::system_error&) {
+        slots_.pop_back();
         break;
       }
     }
@@ -62,7 +66,7 @@ class ThreadPool {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
     }
-    wake_.notify_all();
+    for (auto& slot : slots_) slot->wake.notify_one();
     for (auto& t : workers_) t.join();
   }
 
@@ -139,14 +143,17 @@ class ThreadPool {
     struct Reset {
       ~Reset() { in_worker() = false; }
     } reset;
+    // Only the want - 1 workers this call needs are woken; the rest sleep on.
     {
       std::lock_guard<std::mutex> lock(mutex_);
       job_ = Job{&fn, begin, end, want};
       pending_.store(want - 1, std::memory_order_relaxed);
       error_ = nullptr;
-      generation_.fetch_add(1, std::memory_order_release);
+      ++generation_;
+      for (unsigned k = 0; k + 1 < want; ++k)
+        slots_[k]->generation.store(generation_, std::memory_order_release);
     }
-    wake_.notify_all();
+    for (unsigned k = 0; k + 1 < want; ++k) slots_[k]->wake.notify_one();
     run_part(job_, 0);
     if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -210,17 +217,25 @@ class ThreadPool {
     }
   }
 
-  void work(unsigned index) {
+  // Each worker has its own wake-up slot, so a call that needs k threads
+  // wakes exactly k - 1 workers.
+  struct Slot {
+    std::atomic<std::uint64_t> generation{0};  // the last job this worker was given
+    std::condition_variable wake;
+  };
+
+  void work(Slot& slot, unsigned index) {
     in_worker() = true;
     std::uint64_t seen = 0;
     for (;;) {
       Job job;
-      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
+      spin_until([&] { return slot.generation.load(std::memory_order_acquire) != seen; });
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
+        slot.wake.wait(lock,
+                       [&] { return stop_ || slot.generation.load(std::memory_order_relaxed) != seen; });
         if (stop_) return;
-        seen = generation_.load(std::memory_order_relaxed);
+        seen = slot.generation.load(std::memory_order_relaxed);
         job = job_;
       }
       if (index >= job.parts) continue;
@@ -232,13 +247,14 @@ class ThreadPool {
     }
   }
 
+  std::vector<std::unique_ptr<Slot>> slots_;  // slots_[i - 1] belongs to worker i
   std::vector<std::thread> workers_;
   std::mutex run_mutex_;  // one parallel_for at a time uses the workers
   std::mutex mutex_;
-  std::condition_variable wake_, done_;
+  std::condition_variable done_;
   Job job_;
   std::atomic<unsigned> pending_{0};
-  std::atomic<std::uint64_t> generation_{0};
+  std::uint64_t generation_ = 0;  // guarded by mutex_
   std::exception_ptr error_;
   bool stop_ = false;
 };

@@ -17,6 +17,22 @@ namespace tierkit {
 
 inline constexpr int kMaxRank = 8;
 
+// int64 arithmetic on sizes, strides and offsets that come from outside
+// (producers, users): an overflow is an InvalidArgument naming `what`,
+// never signed-overflow undefined behaviour.
+inline std::int64_t checked_mul(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw InvalidArgument(detail::concat(what, ": ", a, " * ", b, " overflows int64"));
+  return r;
+}
+inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw InvalidArgument(detail::concat(what, ": ", a, " + ", b, " overflows int64"));
+  return r;
+}
+
 // How a shape is spelled in a message: "(2, 3)" for the bridge (numpy's
 // tuples), "[2, 3]" for torch tiers (torch.Size's list).
 enum class ShapeStyle { Tuple, List };
@@ -61,9 +77,12 @@ class Shape {
   const std::int64_t* end() const { return dims_.data() + rank_; }
   std::size_t size() const { return static_cast<std::size_t>(rank_); }
 
+  // Zero if any size is zero (whatever the others), else the checked product.
   std::int64_t numel() const {
+    for (int i = 0; i < rank_; ++i)
+      if (dims_[i] == 0) return 0;
     std::int64_t n = 1;
-    for (int i = 0; i < rank_; ++i) n *= dims_[i];
+    for (int i = 0; i < rank_; ++i) n = checked_mul(n, dims_[i], "shape: element count");
     return n;
   }
   bool operator==(const Shape& o) const {
@@ -84,7 +103,7 @@ class Shape {
     std::int64_t acc = 1;
     for (int i = rank_ - 1; i >= 0; --i) {
       st.dims_[i] = acc;
-      acc *= dims_[i] > 1 ? dims_[i] : 1;
+      acc = checked_mul(acc, dims_[i] > 1 ? dims_[i] : 1, "shape: contiguous stride");
     }
     return st;
   }
@@ -105,8 +124,9 @@ inline Reach reach(const Shape& shape, const Shape& strides) {
   Reach r;
   if (shape.numel() == 0) return r;
   for (int i = 0; i < shape.rank(); ++i) {
-    const std::int64_t step = (shape[i] - 1) * strides[i];
-    (step < 0 ? r.lo : r.hi) += step;
+    const std::int64_t step = checked_mul(shape[i] - 1, strides[i], "strides: reach");
+    std::int64_t& end = step < 0 ? r.lo : r.hi;
+    end = checked_add(end, step, "strides: reach");
   }
   return r;
 }
@@ -129,7 +149,7 @@ class TensorView {
     if (numel() == 0) return;  // addresses nothing; any strides are fine
     check(base != nullptr, "data: expected non-null pointer for ", numel(), " elements");
     const Reach r = reach(shape, strides);
-    const std::int64_t lo = offset + r.lo, hi = offset + r.hi;
+    const std::int64_t lo = checked_add(offset, r.lo, "offset"), hi = checked_add(offset, r.hi, "offset");
     check(lo >= 0 && hi < capacity, "view: shape ", shape.str(), " strides ", strides.str(), " offset ",
           offset, " reaches elements [", lo, ", ", hi, "] outside the ", capacity, " available");
   }
