@@ -1,146 +1,282 @@
-// Autograd kernels for every tierkit op, in C++.
+// Autograd kernels for every tierkit op, in C++, written the way torch's
+// generated VariableType kernels are: a graph node only when something
+// needs a gradient, forward-mode tangents when an input carries one.
 //
-// They live here rather than in Python (torch.library.register_autograd)
-// because the Autograd key is visited on *every* call, requires_grad or
-// not: a Python kernel there made a 1-element custom_add cost 12.1 us
-// against 5.1 us for aten.add.Tensor (measured side by side); in C++ the
-// no-grad path is a few branches. Backward formulas call the tierkit ops
-// through the dispatcher, so they are differentiable themselves and double
-// backward works.
+// Why C++ and not torch.library.register_autograd: the Autograd key is
+// visited on *every* call, requires_grad or not; a Python kernel there made
+// a 1-element custom_add cost 12.1 us against 5.1 us for aten.add.Tensor
+// (measured side by side). Here the no-graph, no-tangent path is a few
+// branches. Why Node subclasses and not torch::autograd::Function: the
+// nodes get aten-style names (MulBackward0, which users see in grad_fn and
+// error messages), and Function::apply has no forward AD in C++ at all.
 //
-// add_out is not differentiable (like aten's out= overloads): its kernel
-// refuses inputs that need a gradient, bumps `out`'s version counter (autograd
-// must see saved copies of `out` go stale) and redispatches.
+// Backward and tangent formulas call the tierkit ops through the
+// dispatcher, so they are differentiable themselves: double backward,
+// jacfwd, hessian (forward-over-reverse) all compose.
+//
+// out= overloads and add_out are not differentiable (like aten's): they
+// refuse inputs that need a gradient or carry a tangent, bump `out`'s
+// version counter and redispatch.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
+
+#include <string>
 
 namespace tierkit_torch {
 namespace {
 
-using torch::autograd::AutogradContext;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
 
 template <typename Sig>
-c10::TypedOperatorHandle<Sig> op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+c10::TypedOperatorHandle<Sig> op(const char* name, const char* overload = "") {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).typed<Sig>();
 }
 
 using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
+using Unary2 = at::Tensor(const at::Tensor&, double, double);
+using Binary1 = at::Tensor(const at::Tensor&, const at::Tensor&, double);
 
-// Calls through the full dispatcher (autograd included): used by backward.
+// Calls through the full dispatcher (autograd included): backward and
+// tangent formulas use them, so they are differentiable in turn.
+at::Tensor call_add(const at::Tensor& a, const at::Tensor& b) {
+  static const auto h = op<Binary>("tierkit::custom_add");
+  return h.call(a, b);
+}
 at::Tensor call_mul(const at::Tensor& a, const at::Tensor& b) {
   static const auto h = op<Binary>("tierkit::mul");
   return h.call(a, b);
 }
 at::Tensor call_scale_shift(const at::Tensor& x, double alpha, double beta) {
-  static const auto h = op<at::Tensor(const at::Tensor&, double, double)>("tierkit::scale_shift");
+  static const auto h = op<Unary2>("tierkit::scale_shift");
   return h.call(x, alpha, beta);
 }
 
-// d(a op b) for a product-like op: grad * other input, where wanted.
-variable_list product_grads(AutogradContext* ctx, const at::Tensor& grad) {
-  const auto saved = ctx->get_saved_variables();
-  return {ctx->needs_input_grad(0) ? call_mul(grad, saved[1]) : at::Tensor(),
-          ctx->needs_input_grad(1) ? call_mul(grad, saved[0]) : at::Tensor()};
+// ---- when is there work beyond the kernel --------------------------------
+
+bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
+
+// A backward graph is needed: grad mode on and some input requires grad.
+bool needs_graph(const at::Tensor& a, const at::Tensor* b = nullptr) {
+  return c10::GradMode::is_enabled() && (requires_grad(a) || (b && requires_grad(*b)));
 }
 
-struct CustomAdd : torch::autograd::Function<CustomAdd> {
-  static at::Tensor forward(AutogradContext*, const at::Tensor& a, const at::Tensor& b) {
-    static const auto h = op<Binary>("tierkit::custom_add");
-    at::AutoDispatchBelowADInplaceOrView below;
-    return h.call(a, b);
+// The input's forward-mode tangent at level 0 (torch.func.jvp, forward_ad,
+// jacfwd), or an undefined tensor. Reading it costs a null check when the
+// tensor has no autograd metadata, so the fast path stays fast.
+const at::Tensor& tangent(const at::Tensor& t) {
+  static const at::Tensor none;
+  if (!t.defined() || !c10::AutogradState::get_tls_state().get_fw_grad_mode()) return none;
+  return t._fw_grad(/*level=*/0);
+}
+
+// The value of `t` without its tangent, for tangent formulas (as generated
+// code does), so the formula itself does not carry level-0 tangents along.
+at::Tensor primal(const at::Tensor& t) { return t._fw_grad(0).defined() ? t._fw_primal(0) : t; }
+
+void set_tangent(const at::Tensor& out, const at::Tensor& t) {
+  if (t.defined()) out._set_fw_grad(t, /*level=*/0, /*is_inplace_op=*/false);
+}
+
+// Runs `forward` below autograd (the kernel of the next key down).
+template <typename F>
+at::Tensor below_autograd(const F& forward) {
+  at::AutoDispatchBelowADInplaceOrView below;
+  return forward();
+}
+
+template <typename N>
+c10::intrusive_ptr<N> make_node(torch::autograd::edge_list&& edges) {
+  auto node = c10::make_intrusive<N>();
+  node->set_next_edges(std::move(edges));
+  return node;
+}
+
+// ---- backward nodes ---------------------------------------------------------
+
+// An undefined incoming gradient means zero: every input's gradient is then
+// zero too, returned as undefined (what torch's own nodes do).
+variable_list undefined_grads(const Node& node) { return variable_list(node.num_outputs()); }
+
+struct CustomAddBackward0 : Node {
+  std::string name() const override { return "CustomAddBackward0"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return undefined_grads(*this);
+    return {should_compute_output(0) ? grads[0] : at::Tensor(),
+            should_compute_output(1) ? grads[0] : at::Tensor()};
   }
-  static variable_list backward(AutogradContext*, variable_list grads) { return {grads[0], grads[0]}; }
 };
 
-struct Mul : torch::autograd::Function<Mul> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
-    static const auto h = op<Binary>("tierkit::mul");
-    if (ctx) ctx->save_for_backward({a, b});  // null on the no-graph path
-    at::AutoDispatchBelowADInplaceOrView below;
-    return h.call(a, b);
+// d(a * b) (and d(a * b + c)): grad * b for a, grad * a for b.
+struct ProductBackward : Node {
+  SavedVariable a_, b_;
+  void release_variables() override {
+    a_.reset_data();
+    b_.reset_data();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return product_grads(ctx, grads[0]);
+  variable_list apply(variable_list&& grads) override {
+    const at::Tensor& g = grads[0];
+    if (!g.defined()) return undefined_grads(*this);
+    variable_list out{should_compute_output(0) ? call_mul(g, b_.unpack()) : at::Tensor(),
+                      should_compute_output(1) ? call_mul(g, a_.unpack()) : at::Tensor()};
+    return out;
+  }
+};
+struct MulBackward0 : ProductBackward {
+  std::string name() const override { return "MulBackward0"; }
+};
+struct MulAddBackward0 : ProductBackward {
+  std::string name() const override { return "MulAddBackward0"; }
+};
+
+struct ScaleShiftBackward0 : Node {
+  double alpha = 1.0;
+  std::string name() const override { return "ScaleShiftBackward0"; }
+  variable_list apply(variable_list&& grads) override {
+    if (!grads[0].defined()) return undefined_grads(*this);
+    return {should_compute_output(0) ? call_scale_shift(grads[0], alpha, 0.0) : at::Tensor()};
   }
 };
 
-struct MulAdd : torch::autograd::Function<MulAdd> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, double c) {
-    static const auto h = op<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("tierkit::muladd");
-    if (ctx) ctx->save_for_backward({a, b});  // null on the no-graph path
-    at::AutoDispatchBelowADInplaceOrView below;
-    return h.call(a, b, c);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list g = product_grads(ctx, grads[0]);
-    g.emplace_back();  // c is a float
-    return g;
-  }
-};
+// ---- the Autograd kernels ----------------------------------------------------
 
-struct ScaleShift : torch::autograd::Function<ScaleShift> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double alpha, double beta) {
-    static const auto h = op<at::Tensor(const at::Tensor&, double, double)>("tierkit::scale_shift");
-    if (ctx) ctx->saved_data["alpha"] = alpha;
-    at::AutoDispatchBelowADInplaceOrView below;
-    return h.call(x, alpha, beta);
+at::Tensor custom_add_autograd(const at::Tensor& a, const at::Tensor& b) {
+  static const auto h = op<Binary>("tierkit::custom_add");
+  c10::intrusive_ptr<CustomAddBackward0> node;
+  if (needs_graph(a, &b)) node = make_node<CustomAddBackward0>(torch::autograd::collect_next_edges(a, b));
+  at::Tensor out = below_autograd([&] { return h.call(a, b); });
+  if (node) torch::autograd::set_history(out, node);
+  const at::Tensor &ta = tangent(a), &tb = tangent(b);
+  if (ta.defined() || tb.defined()) {
+    set_tangent(out, ta.defined() && tb.defined() ? call_add(ta, tb) : (ta.defined() ? ta : tb).clone());
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {call_scale_shift(grads[0], ctx->saved_data["alpha"].toDouble(), 0.0), at::Tensor(), at::Tensor()};
-  }
-};
+  return out;
+}
 
-void add_out_autograd(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
-  const bool wants_grad = c10::GradMode::is_enabled() &&
-                          ((a.defined() && a.requires_grad()) || (b.defined() && b.requires_grad()) ||
-                           (out.defined() && out.requires_grad()));
-  TORCH_CHECK(!wants_grad,
-              "tierkit::add_out: writes into `out` and does not support automatic differentiation "
-              "(an input requires grad); use tierkit::custom_add, or call it under torch.no_grad()");
-  static const auto h = op<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>("tierkit::add_out");
+// a * b (+ c): the same node shape and tangent ta * b + a * tb.
+template <typename N, typename Call>
+at::Tensor product_autograd(const at::Tensor& a, const at::Tensor& b, const Call& call) {
+  c10::intrusive_ptr<N> node;
+  if (needs_graph(a, &b)) {
+    node = make_node<N>(torch::autograd::collect_next_edges(a, b));
+    node->a_ = SavedVariable(a, /*is_output=*/false);
+    node->b_ = SavedVariable(b, /*is_output=*/false);
+  }
+  at::Tensor out = below_autograd(call);
+  if (node) torch::autograd::set_history(out, node);
+  const at::Tensor &ta = tangent(a), &tb = tangent(b);
+  if (ta.defined() || tb.defined()) {
+    at::Tensor t = ta.defined() ? call_mul(ta, primal(b)) : at::Tensor();
+    if (tb.defined()) {
+      at::Tensor u = call_mul(primal(a), tb);
+      t = t.defined() ? call_add(t, u) : u;
+    }
+    set_tangent(out, t);
+  }
+  return out;
+}
+
+at::Tensor mul_autograd(const at::Tensor& a, const at::Tensor& b) {
+  static const auto h = op<Binary>("tierkit::mul");
+  return product_autograd<MulBackward0>(a, b, [&] { return h.call(a, b); });
+}
+
+at::Tensor muladd_autograd(const at::Tensor& a, const at::Tensor& b, double c) {
+  static const auto h = op<Binary1>("tierkit::muladd");
+  return product_autograd<MulAddBackward0>(a, b, [&] { return h.call(a, b, c); });
+}
+
+at::Tensor scale_shift_autograd(const at::Tensor& x, double alpha, double beta) {
+  static const auto h = op<Unary2>("tierkit::scale_shift");
+  c10::intrusive_ptr<ScaleShiftBackward0> node;
+  if (needs_graph(x)) {
+    node = make_node<ScaleShiftBackward0>(torch::autograd::collect_next_edges(x));
+    node->alpha = alpha;
+  }
+  at::Tensor out = below_autograd([&] { return h.call(x, alpha, beta); });
+  if (node) torch::autograd::set_history(out, node);
+  const at::Tensor& tx = tangent(x);
+  if (tx.defined()) set_tangent(out, call_scale_shift(tx, alpha, 0.0));
+  return out;
+}
+
+// ---- writers: not differentiable ---------------------------------------------
+
+void refuse_autodiff(const char* op, std::initializer_list<const at::Tensor*> tensors) {
+  for (const at::Tensor* t : tensors) {
+    TORCH_CHECK(!(c10::GradMode::is_enabled() && requires_grad(*t)), op,
+                ": writes into `out` and does not support automatic differentiation (an argument requires "
+                "grad); use the functional overload, or call it under torch.no_grad()");
+    TORCH_CHECK(!tangent(*t).defined(), op,
+                ": writes into `out` and does not support forward-mode AD (an argument carries a tangent); "
+                "use the functional overload");
+  }
+}
+
+// Redispatches below autograd, then bumps `out`'s version counter: autograd
+// must see saved copies of `out` go stale.
+template <typename F>
+void write_out(const at::Tensor& out, const F& call) {
   {
     c10::impl::ExcludeDispatchKeyGuard below(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
-    h.call(a, b, out);
+    call();
   }
   if (out.defined()) out.unsafeGetTensorImpl()->bump_version();
 }
 
-// No graph to record (grad mode off, or nothing requires grad): skip
-// Function::apply, which allocates a graph node and wraps outputs on every
-// call, and go straight below autograd — as torch's generated kernels do.
-bool needs_graph(const at::Tensor& a, const at::Tensor* b = nullptr) {
-  // (undefined tensors are reported by the kernels' checks, not crashed on here)
-  return c10::GradMode::is_enabled() &&
-         ((a.defined() && a.requires_grad()) || (b && b->defined() && b->requires_grad()));
+void add_out_autograd(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
+  refuse_autodiff("tierkit::add_out", {&a, &b, &out});
+  static const auto h = op<void(const at::Tensor&, const at::Tensor&, const at::Tensor&)>("tierkit::add_out");
+  write_out(out, [&] { h.call(a, b, out); });
 }
 
-template <typename F, typename... Args>
-at::Tensor below_autograd(const F& forward, Args&&... args) {
-  at::AutoDispatchBelowADInplaceOrView below;
-  return forward(nullptr, std::forward<Args>(args)...);
+using BinaryOut = at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&);
+
+at::Tensor& custom_add_out_autograd(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  refuse_autodiff("tierkit::custom_add.out", {&a, &b, &out});
+  static const auto h = op<BinaryOut>("tierkit::custom_add", "out");
+  write_out(out, [&] { h.call(a, b, out); });
+  return out;
+}
+at::Tensor& mul_out_autograd(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  refuse_autodiff("tierkit::mul.out", {&a, &b, &out});
+  static const auto h = op<BinaryOut>("tierkit::mul", "out");
+  write_out(out, [&] { h.call(a, b, out); });
+  return out;
+}
+at::Tensor& scale_shift_out_autograd(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
+  refuse_autodiff("tierkit::scale_shift.out", {&x, &out});
+  static const auto h =
+      op<at::Tensor&(const at::Tensor&, double, double, at::Tensor&)>("tierkit::scale_shift", "out");
+  write_out(out, [&] { h.call(x, alpha, beta, out); });
+  return out;
+}
+at::Tensor& muladd_out_autograd(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
+  refuse_autodiff("tierkit::muladd.out", {&a, &b, &out});
+  static const auto h =
+      op<at::Tensor&(const at::Tensor&, const at::Tensor&, double, at::Tensor&)>("tierkit::muladd", "out");
+  write_out(out, [&] { h.call(a, b, c, out); });
+  return out;
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, Autograd, m) {
-  m.impl("custom_add", [](const at::Tensor& a, const at::Tensor& b) {
-    return needs_graph(a, &b) ? CustomAdd::apply(a, b) : below_autograd(&CustomAdd::forward, a, b);
-  });
-  m.impl("mul", [](const at::Tensor& a, const at::Tensor& b) {
-    return needs_graph(a, &b) ? Mul::apply(a, b) : below_autograd(&Mul::forward, a, b);
-  });
-  m.impl("muladd", [](const at::Tensor& a, const at::Tensor& b, double c) {
-    return needs_graph(a, &b) ? MulAdd::apply(a, b, c) : below_autograd(&MulAdd::forward, a, b, c);
-  });
-  m.impl("scale_shift", [](const at::Tensor& x, double alpha, double beta) {
-    return needs_graph(x) ? ScaleShift::apply(x, alpha, beta)
-                          : below_autograd(&ScaleShift::forward, x, alpha, beta);
-  });
+  m.impl("custom_add", &custom_add_autograd);
+  m.impl("mul", &mul_autograd);
+  m.impl("muladd", &muladd_autograd);
+  m.impl("scale_shift", &scale_shift_autograd);
   m.impl("add_out", &add_out_autograd);
+  m.impl("custom_add.out", &custom_add_out_autograd);
+  m.impl("mul.out", &mul_out_autograd);
+  m.impl("scale_shift.out", &scale_shift_out_autograd);
+  m.impl("muladd.out", &muladd_out_autograd);
 }
 
 }  // namespace tierkit_torch

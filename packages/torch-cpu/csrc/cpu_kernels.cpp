@@ -1,9 +1,9 @@
 // CPU kernels for every tierkit op: checks, then core's kernels on views of
-// the tensors' memory, split by at::parallel_for. Contiguous operands take
-// core's vectorized loop; strided/expanded/transposed ones are walked in
-// place (no .contiguous() copy: measured slower here, one extra pass).
+// the tensors' memory, split by at::parallel_for. Operands that share one
+// dense layout (contiguous, channels_last, transposed...) are seen as flat
+// memory and take core's vectorized loop in one pass; others are walked in
+// place by their strides (no .contiguous() copy: measured slower here).
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include "tierkit/huge_pages.h"
@@ -15,60 +15,122 @@ namespace {
 
 constexpr auto kCPU = c10::DeviceType::CPU;
 
-at::Tensor new_output(const at::Tensor& like) {
-  // Contiguous whatever the input's layout: the result of an elementwise op
-  // on a transposed tensor is a fresh tensor, as for torch's own ops when
-  // the input is not dense.
-  at::Tensor out = at::empty(like.sizes(), like.options().memory_format(c10::MemoryFormat::Contiguous));
+at::Tensor fresh_output(std::initializer_list<const at::Tensor*> inputs) {
+  at::Tensor out = new_output(inputs);
   // Fresh and untouched: for large outputs, page faults cost more than the
   // kernel; huge pages make them 512x fewer (see tierkit/huge_pages.h).
   tierkit::advise_huge_pages(out.data_ptr(), out.nbytes());
   return out;
 }
 
-// The binary ops share their checks and output; `kernel` is core's entry point.
+// Core views of `tensors`, flat when they share one dense layout.
+template <std::size_t N>
+std::array<tierkit::TensorView, N> views(const std::array<const at::Tensor*, N>& tensors) {
+  std::array<tierkit::TensorView, N> v;
+  bool flat = true;
+  for (const at::Tensor* t : tensors)
+    flat = flat && t->is_non_overlapping_and_dense() && t->strides() == tensors[0]->strides();
+  for (std::size_t i = 0; i < N; ++i) v[i] = flat ? as_flat_view(*tensors[i]) : as_view(*tensors[i]);
+  return v;
+}
+
+// Binary ops: checks, then `kernel(view_a, view_b, view_out)` into `out`
+// (a fresh tensor when `out` is null).
 template <typename Kernel>
-at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, const Kernel& kernel) {
+at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* out,
+                  const Kernel& kernel) {
   check_first(op, a, "a", kCPU);
   check_like(op, b, "b", a, "a");
-  at::Tensor out = new_output(a);
-  kernel(as_view(as_core_input(a)), as_view(as_core_input(b)), as_view(out));
-  return out;
+  at::Tensor result;
+  if (out) {
+    prepare_out(op, *out, a, "a");
+    check_out(op, *out, {{&a, "a"}, {&b, "b"}});
+    result = *out;
+  } else {
+    result = fresh_output({&a, &b});
+  }
+  const at::Tensor ca = as_core_input(a), cb = as_core_input(b);
+  if (result.dim() > tierkit::kMaxRank && !result.is_contiguous()) {  // rare: compute, then copy in
+    result.copy_(binary(op, a, b, nullptr, kernel));
+    return result;
+  }
+  const auto v = views<3>({&ca, &cb, &result});
+  kernel(v[0], v[1], v[2]);
+  return result;
+}
+
+at::Tensor scale_shift_into(const at::Tensor& x, double alpha, double beta, const at::Tensor* out) {
+  constexpr const char* op = "tierkit::scale_shift";
+  check_first(op, x, "x", kCPU);
+  at::Tensor result;
+  if (out) {
+    prepare_out(op, *out, x, "x");
+    check_out(op, *out, {{&x, "x"}});
+    result = *out;
+  } else {
+    result = fresh_output({&x});
+  }
+  const at::Tensor cx = as_core_input(x);
+  if (result.dim() > tierkit::kMaxRank && !result.is_contiguous()) {
+    result.copy_(scale_shift_into(x, alpha, beta, nullptr));
+    return result;
+  }
+  const auto v = views<2>({&cx, &result});
+  tierkit::kernels::scale_shift(v[0], alpha, beta, v[1], AtenRunner{});
+  return result;
+}
+
+constexpr auto kAdd = [](const auto& a, const auto& b, const auto& o) {
+  tierkit::kernels::add(a, b, o, AtenRunner{});
+};
+constexpr auto kMul = [](const auto& a, const auto& b, const auto& o) {
+  tierkit::kernels::mul(a, b, o, AtenRunner{});
+};
+auto muladd_kernel(double c) {
+  return [c](const auto& a, const auto& b, const auto& o) {
+    tierkit::kernels::muladd(a, b, c, o, AtenRunner{});
+  };
 }
 
 at::Tensor custom_add_cpu(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::custom_add", a, b, [](const auto& va, const auto& vb, const auto& vo) {
-    tierkit::kernels::add(va, vb, vo, AtenRunner{});
-  });
+  return binary("tierkit::custom_add", a, b, nullptr, kAdd);
 }
-
 at::Tensor mul_cpu(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::mul", a, b, [](const auto& va, const auto& vb, const auto& vo) {
-    tierkit::kernels::mul(va, vb, vo, AtenRunner{});
-  });
+  return binary("tierkit::mul", a, b, nullptr, kMul);
+}
+at::Tensor scale_shift_cpu(const at::Tensor& x, double alpha, double beta) {
+  return scale_shift_into(x, alpha, beta, nullptr);
+}
+at::Tensor muladd_cpu(const at::Tensor& a, const at::Tensor& b, double c) {
+  return binary("tierkit::muladd", a, b, nullptr, muladd_kernel(c));
 }
 
-at::Tensor scale_shift_cpu(const at::Tensor& x, double alpha, double beta) {
-  check_first("tierkit::scale_shift", x, "x", kCPU);
-  at::Tensor out = new_output(x);
-  tierkit::kernels::scale_shift(as_view(as_core_input(x)), alpha, beta, as_view(out), AtenRunner{});
+at::Tensor& custom_add_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  binary("tierkit::custom_add.out", a, b, &out, kAdd);
   return out;
 }
-
-at::Tensor muladd_cpu(const at::Tensor& a, const at::Tensor& b, double c) {
-  return binary("tierkit::muladd", a, b, [c](const auto& va, const auto& vb, const auto& vo) {
-    tierkit::kernels::muladd(va, vb, c, vo, AtenRunner{});
-  });
+at::Tensor& mul_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  binary("tierkit::mul.out", a, b, &out, kMul);
+  return out;
+}
+at::Tensor& scale_shift_out_cpu(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
+  scale_shift_into(x, alpha, beta, &out);
+  return out;
+}
+at::Tensor& muladd_out_cpu(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
+  binary("tierkit::muladd.out", a, b, &out, muladd_kernel(c));
+  return out;
 }
 
 void add_out_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
   check_add_out(a, b, out, kCPU);
   if (out.dim() > tierkit::kMaxRank && !out.is_contiguous()) {
-    at::Tensor tmp = custom_add_cpu(a, b);
-    out.copy_(tmp);
+    out.copy_(custom_add_cpu(a, b));
     return;
   }
-  tierkit::kernels::add(as_view(as_core_input(a)), as_view(as_core_input(b)), as_view(out), AtenRunner{});
+  const at::Tensor ca = as_core_input(a), cb = as_core_input(b);
+  const auto v = views<3>({&ca, &cb, &out});
+  kAdd(v[0], v[1], v[2]);
 }
 
 }  // namespace
@@ -79,6 +141,10 @@ TORCH_LIBRARY_IMPL(tierkit, CPU, m) {
   m.impl("scale_shift", &scale_shift_cpu);
   m.impl("muladd", &muladd_cpu);
   m.impl("add_out", &add_out_cpu);
+  m.impl("custom_add.out", &custom_add_out_cpu);
+  m.impl("mul.out", &mul_out_cpu);
+  m.impl("scale_shift.out", &scale_shift_out_cpu);
+  m.impl("muladd.out", &muladd_out_cpu);
 }
 
 }  // namespace tierkit_torch

@@ -28,6 +28,14 @@ TORCH_LIBRARY(tierkit, m) {
   m.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
   m.def("mul(Tensor a, Tensor b) -> Tensor");
   m.def("add_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
+  // out= overloads in aten's convention: keyword-only `out`, returned. The
+  // `out` tag tells torch.compile's functionalization that `out` is a
+  // write-only buffer, so it can rewrite the call functionally.
+  const std::vector<at::Tag> out_tag{at::Tag::out};
+  m.def("custom_add.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
+  m.def("mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
+  m.def("scale_shift.out(Tensor x, float alpha, float beta, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
+  m.def("muladd.out(Tensor a, Tensor b, float c, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
   m.def("_accepted_dtypes() -> str[]", &accepted_dtypes);
 }
 

@@ -9,6 +9,8 @@
 #include "tierkit/kernels.h"
 #include "tierkit_torch/checks.h"
 
+#include <array>
+
 namespace tierkit_torch {
 
 // Only called after check_first accepted the dtype.
@@ -42,6 +44,16 @@ inline tierkit::TensorView as_view(const at::Tensor& t) {
   int64_t extent = t.numel() == 0 ? 0 : 1;
   for (int d = 0; d < shape.rank() && t.numel() != 0; ++d) extent += (shape[d] - 1) * strides[d];
   return tierkit::TensorView(t.data_ptr(), extent, to_core_dtype(t.scalar_type()), shape, strides);
+}
+
+// A tensor whose elements are non-overlapping and dense (any permutation of
+// strides) covers exactly numel() elements from data_ptr(): for an
+// elementwise op over operands sharing that layout, it is flat memory.
+inline tierkit::TensorView as_flat_view(const at::Tensor& t) {
+  tierkit::Shape shape, strides;
+  shape.push_back(t.numel());
+  strides.push_back(1);
+  return tierkit::TensorView(t.data_ptr(), t.numel(), to_core_dtype(t.scalar_type()), shape, strides);
 }
 
 // Inputs deeper than core's rank limit that are not contiguous get one copy.

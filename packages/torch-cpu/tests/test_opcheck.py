@@ -25,12 +25,33 @@ def samples(gen):
         yield ("add_out", (r(4, 4, dtype=dtype), r(4, 4, dtype=dtype), torch.empty(4, 4, dtype=dtype)))
     a = r(9)
     yield ("add_out", (a, r(9), a))
+    # Layouts kept like aten (the fake kernels must report the same strides).
+    cl = r(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    yield ("custom_add", (cl, r(2, 3, 4, 5).to(memory_format=torch.channels_last)))
+    yield ("scale_shift", (r(5, 7).t(), ALPHA, BETA))
+    # The out= overloads (not differentiable, like aten's).
+    for dtype in (torch.float32, torch.bfloat16):
+        yield (
+            "custom_add.out",
+            (r(4, 3, dtype=dtype), r(4, 3, dtype=dtype)),
+            {"out": torch.empty(4, 3, dtype=dtype)},
+        )
+        yield ("mul.out", (r(6, dtype=dtype), r(6, dtype=dtype)), {"out": torch.empty(6, dtype=dtype)})
+        yield (
+            "scale_shift.out",
+            (r(2, 5, dtype=dtype), ALPHA, BETA),
+            {"out": torch.empty(2, 5, dtype=dtype)},
+        )
+        yield ("muladd.out", (r(3, dtype=dtype), r(3, dtype=dtype), C), {"out": torch.empty(3, dtype=dtype)})
 
 
 SAMPLES = list(samples(torch.Generator().manual_seed(0)))
 
 
-@pytest.mark.parametrize(("op", "args"), SAMPLES, ids=[f"{op}-{i}" for i, (op, _) in enumerate(SAMPLES)])
-def test_opcheck(op, args):
-    result = torch.library.opcheck(getattr(torch.ops.tierkit, op).default, args)
+@pytest.mark.parametrize("sample", SAMPLES, ids=[f"{s[0]}-{i}" for i, s in enumerate(SAMPLES)])
+def test_opcheck(sample):
+    name, args, *kwargs = sample
+    op, _, overload = name.partition(".")
+    overload_packet = getattr(torch.ops.tierkit, op)
+    result = torch.library.opcheck(getattr(overload_packet, overload or "default"), args, *kwargs)
     assert all(v == "SUCCESS" for v in result.values()), result

@@ -2,7 +2,6 @@
 // Host side: the same argument checks as the CPU kernels, a device guard for
 // the inputs' GPU, the current stream, the output, then the launcher.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -39,7 +38,10 @@ void run(const at::Tensor& a, const at::Tensor* b, const at::Tensor& out, const 
   o.b = b ? cb.data_ptr() : nullptr;
   o.out = out.data_ptr();
   o.numel = out.numel();
-  o.contiguous = ca.is_contiguous() && out.is_contiguous() && (!b || cb.is_contiguous());
+  // Operands sharing one dense layout (contiguous, channels_last, transposed)
+  // are flat memory for an elementwise op: the vectorized contiguous loop.
+  o.contiguous =
+      b ? tierkit_torch::same_dense_layout({&ca, &cb, &out}) : tierkit_torch::same_dense_layout({&ca, &out});
   if (!o.contiguous) {
     TORCH_CHECK(out.dim() <= kMaxRank, "tierkit (CUDA): out: at most ", kMaxRank,
                 " dimensions when not contiguous, got ", out.dim());
@@ -51,37 +53,80 @@ void run(const at::Tensor& a, const at::Tensor* b, const at::Tensor& out, const 
          c10::cuda::getCurrentCUDAStream(a.get_device()).stream());
 }
 
-at::Tensor new_output(const at::Tensor& like) {
-  return at::empty(like.sizes(), like.options().memory_format(c10::MemoryFormat::Contiguous));
-}
-
+// Checks, then `launch` into `out` (a fresh tensor laid out like aten's
+// result when `out` is null). `name` prefixes every error.
 template <typename Launch>
-at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b, const Launch& launch) {
+at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b, const at::Tensor* out,
+                  const Launch& launch) {
   tierkit_torch::check_first(name, a, "a", kCUDA);
   tierkit_torch::check_like(name, b, "b", a, "a");
-  at::Tensor out = new_output(a);
-  run(a, &b, out, launch);
-  return out;
+  at::Tensor result;
+  if (out) {
+    tierkit_torch::prepare_out(name, *out, a, "a");
+    tierkit_torch::check_out(name, *out, {{&a, "a"}, {&b, "b"}});
+    result = *out;
+  } else {
+    result = tierkit_torch::new_output({&a, &b});
+  }
+  if (result.dim() > kMaxRank && !result.is_contiguous()) {  // rare: compute, then copy in
+    result.copy_(binary(name, a, b, nullptr, launch));
+    return result;
+  }
+  run(a, &b, result, launch);
+  return result;
+}
+
+at::Tensor scale_shift_into(const at::Tensor& x, double alpha, double beta, const at::Tensor* out) {
+  constexpr const char* name = "tierkit::scale_shift";
+  tierkit_torch::check_first(name, x, "x", kCUDA);
+  at::Tensor result;
+  if (out) {
+    tierkit_torch::prepare_out(name, *out, x, "x");
+    tierkit_torch::check_out(name, *out, {{&x, "x"}});
+    result = *out;
+  } else {
+    result = tierkit_torch::new_output({&x});
+  }
+  if (result.dim() > kMaxRank && !result.is_contiguous()) {
+    result.copy_(scale_shift_into(x, alpha, beta, nullptr));
+    return result;
+  }
+  run(x, nullptr, result,
+      [=](DType t, const Operands& o, cudaStream_t s) { launch_scale_shift(t, o, alpha, beta, s); });
+  return result;
+}
+
+auto muladd_launch(double c) {
+  return [c](DType t, const Operands& o, cudaStream_t s) { launch_muladd(t, o, c, s); };
 }
 
 at::Tensor custom_add_cuda(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::custom_add", a, b, launch_add);
+  return binary("tierkit::custom_add", a, b, nullptr, launch_add);
 }
-
 at::Tensor mul_cuda(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::mul", a, b, launch_mul);
+  return binary("tierkit::mul", a, b, nullptr, launch_mul);
 }
-
 at::Tensor muladd_cuda(const at::Tensor& a, const at::Tensor& b, double c) {
-  return binary("tierkit::muladd", a, b,
-                [c](DType t, const Operands& o, cudaStream_t s) { launch_muladd(t, o, c, s); });
+  return binary("tierkit::muladd", a, b, nullptr, muladd_launch(c));
+}
+at::Tensor scale_shift_cuda(const at::Tensor& x, double alpha, double beta) {
+  return scale_shift_into(x, alpha, beta, nullptr);
 }
 
-at::Tensor scale_shift_cuda(const at::Tensor& x, double alpha, double beta) {
-  tierkit_torch::check_first("tierkit::scale_shift", x, "x", kCUDA);
-  at::Tensor out = new_output(x);
-  run(x, nullptr, out,
-      [=](DType t, const Operands& o, cudaStream_t s) { launch_scale_shift(t, o, alpha, beta, s); });
+at::Tensor& custom_add_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  binary("tierkit::custom_add.out", a, b, &out, launch_add);
+  return out;
+}
+at::Tensor& mul_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  binary("tierkit::mul.out", a, b, &out, launch_mul);
+  return out;
+}
+at::Tensor& muladd_out_cuda(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
+  binary("tierkit::muladd.out", a, b, &out, muladd_launch(c));
+  return out;
+}
+at::Tensor& scale_shift_out_cuda(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
+  scale_shift_into(x, alpha, beta, &out);
   return out;
 }
 
@@ -102,6 +147,10 @@ TORCH_LIBRARY_IMPL(tierkit, CUDA, m) {
   m.impl("scale_shift", &scale_shift_cuda);
   m.impl("muladd", &muladd_cuda);
   m.impl("add_out", &add_out_cuda);
+  m.impl("custom_add.out", &custom_add_out_cuda);
+  m.impl("mul.out", &mul_out_cuda);
+  m.impl("scale_shift.out", &scale_shift_out_cuda);
+  m.impl("muladd.out", &muladd_out_cuda);
 }
 
 }  // namespace tierkit_cuda

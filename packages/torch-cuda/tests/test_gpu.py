@@ -45,6 +45,7 @@ def layouts(dtype):
     yield "expanded", lambda: r(1, 77).expand(50, 77)
     yield "zero-dim", lambda: r(())
     yield "empty", lambda: r(0, 3)
+    yield "channels_last", lambda: r(2, 3, 8, 8).to(memory_format=torch.channels_last)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -54,6 +55,8 @@ def test_matches_torch(op, dtype):
         inputs = [make() for _ in range(ARITY[op])]
         got = call(op, *inputs)
         assert got.device == inputs[0].device and got.dtype == dtype, name
+        if name in ("channels_last", "transposed"):  # dense layouts are kept, as aten keeps them
+            assert got.stride() == inputs[0].stride(), name
         torch.testing.assert_close(got, expected(op, *inputs), rtol=0, atol=0, msg=f"{op} {name}")
 
 
@@ -171,3 +174,21 @@ def test_compile_reduce_overhead():
 def test_time_op_returns_positive_ms():
     a = torch.randn(1 << 20, device="cuda")
     assert tierkit_cuda.time_op("scale_shift", a, iters=5) > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_out_overloads(dtype):
+    a = torch.randn(300, device="cuda").to(dtype)
+    b = torch.randn(300, device="cuda").to(dtype)
+    out = torch.empty(0, device="cuda", dtype=dtype)
+    assert ops.muladd.out(a, b, C, out=out).data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, expected("muladd", a, b), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"out: expected shape \[300\]"):
+        ops.mul.out(a, b, out=torch.empty(7, device="cuda", dtype=dtype))
+
+
+def test_forward_ad_on_cuda():
+    x = torch.randn(64, device="cuda", dtype=torch.float64)
+    t = torch.randn(64, device="cuda", dtype=torch.float64)
+    _, tangent = torch.func.jvp(lambda v: ops.mul(v, v), (x,), (t,))
+    torch.testing.assert_close(tangent, 2 * x * t)

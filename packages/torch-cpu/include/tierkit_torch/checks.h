@@ -8,6 +8,8 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
 #include <string_view>
@@ -97,6 +99,25 @@ inline void check_out(const char* op, const at::Tensor& out,
   }
 }
 
+// The out= overloads' rules, aten's: an empty `out` is resized to the
+// result's shape; a non-empty one of another shape is refused (aten only
+// warns, then resizes: a silent reallocation users rarely want); dtype and
+// device must match the inputs (no type promotion here).
+inline void prepare_out(const char* op, const at::Tensor& out, const at::Tensor& like,
+                        const char* like_name) {
+  check_defined(op, out, "out");
+  TORCH_CHECK(out.device() == like.device(), op, ": out: expected device ", like.device(), " (same as ",
+              like_name, "), got ", out.device());
+  core_check(op, [&] {
+    tierkit::checks::same_dtype("out", dtype_name(out.scalar_type()), like_name,
+                                dtype_name(like.scalar_type()));
+  });
+  if (out.numel() == 0 && out.sizes() != like.sizes()) out.resize_(like.sizes());
+  core_check(op, [&] {
+    tierkit::checks::same_shape("out", out.sizes(), like_name, like.sizes(), tierkit::ShapeStyle::List);
+  });
+}
+
 // Every check add_out needs, for the kernels of any device.
 inline void check_add_out(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
                           c10::DeviceType device) {
@@ -105,6 +126,26 @@ inline void check_add_out(const at::Tensor& a, const at::Tensor& b, const at::Te
   check_like(op, b, "b", a, "a");
   check_like(op, out, "out", a, "a");
   check_out(op, out, {{&a, "a"}, {&b, "b"}});
+}
+
+// aten's layout rule for an elementwise result (TensorIterator): when every
+// input is non-overlapping and dense with the same strides (channels_last,
+// a transposed tensor...), the output takes those strides; otherwise it is
+// C-contiguous. The fake kernels apply the same rule (_registrations.py).
+inline bool same_dense_layout(std::initializer_list<const at::Tensor*> tensors) {
+  const at::Tensor& first = **tensors.begin();
+  for (const at::Tensor* t : tensors) {
+    if (!t->is_non_overlapping_and_dense() || t->strides() != first.strides()) return false;
+  }
+  return true;
+}
+
+inline at::Tensor new_output(std::initializer_list<const at::Tensor*> inputs) {
+  const at::Tensor& first = **inputs.begin();
+  if (first.dim() > 1 && !first.is_contiguous() && same_dense_layout(inputs)) {
+    return at::empty_strided(first.sizes(), first.strides(), first.options());
+  }
+  return at::empty(first.sizes(), first.options().memory_format(c10::MemoryFormat::Contiguous));
 }
 
 }  // namespace tierkit_torch

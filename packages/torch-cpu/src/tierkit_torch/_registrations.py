@@ -1,7 +1,8 @@
 """Python-side kernels for the tierkit ops: the fake (meta) kernels.
 
 Registered with ``torch.library.register_fake`` against the schemas the C++
-library defined. A fake kernel says what a call returns (shape, dtype,
+library defined (the functional ops and their ``.out`` overloads); the vmap
+rules (_vmap.py) and DTensor sharding (_sharding.py) are registered from here too. A fake kernel says what a call returns (shape, dtype,
 device, strides) without computing it, which is all ``torch.compile``,
 ``torch.export`` and meta tensors need. They apply the same checks as the C++
 kernels, with ``torch._check`` so symbolic (dynamic) shapes become guards,
@@ -12,6 +13,8 @@ and a bad call fails the same way while tracing. Autograd is in C++
 from __future__ import annotations
 
 import torch
+
+from . import _sharding, _vmap
 
 _registered = False
 _accepted: tuple[torch.dtype, ...] = ()
@@ -44,16 +47,65 @@ def _check_like(op: str, t: torch.Tensor, name: str, ref: torch.Tensor, ref_name
     )
 
 
-def _new_output(like: torch.Tensor) -> torch.Tensor:
-    # The real kernels return a fresh C-contiguous tensor whatever the layout.
-    return torch.empty(like.shape, dtype=like.dtype, device=like.device)
+def _dense(t: torch.Tensor) -> bool:
+    # Named is_non_overlapping_and_dense before torch 2.9; the _or_false form
+    # answers False rather than guarding when a dynamic shape leaves it open.
+    import torch._prims_common as prims
+
+    check = (
+        getattr(prims, "is_non_overlapping_and_dense_or_false", None) or prims.is_non_overlapping_and_dense
+    )
+    return check(t)
+
+
+def _new_output(*inputs: torch.Tensor) -> torch.Tensor:
+    # The C++ rule (tierkit_torch/checks.h, new_output): every input dense
+    # and non-overlapping with the same strides -> those strides, as aten's
+    # elementwise ops do; otherwise C-contiguous.
+    first = inputs[0]
+    if (
+        first.dim() > 1
+        and not first.is_contiguous()
+        and all(_dense(t) and t.stride() == first.stride() for t in inputs)
+    ):
+        return torch.empty_strided(first.shape, first.stride(), dtype=first.dtype, device=first.device)
+    return torch.empty(first.shape, dtype=first.dtype, device=first.device)
+
+
+def _check_out(op: str, out: torch.Tensor, like: torch.Tensor, like_name: str) -> torch.Tensor:
+    torch._check(
+        out.device == like.device,
+        lambda: f"{op}: out: expected device {like.device} (same as {like_name}), got {out.device}",
+    )
+    torch._check(
+        out.dtype == like.dtype,
+        lambda: (
+            f"{op}: out: expected dtype {_name(like.dtype)} (same as {like_name}), got {_name(out.dtype)}"
+        ),
+    )
+    if out.numel() == 0 and out.shape != like.shape:
+        out.resize_(like.shape)
+    torch._check(
+        out.shape == like.shape,
+        lambda: f"{op}: out: expected shape {list(like.shape)} (same as {like_name}), got {list(out.shape)}",
+    )
+    return out
 
 
 def _fake_binary(op: str):
     def fake(a, b, *scalars):
         _check_first(op, a, "a")
         _check_like(op, b, "b", a, "a")
-        return _new_output(a)
+        return _new_output(a, b)
+
+    return fake
+
+
+def _fake_binary_out(op: str):
+    def fake(a, b, *scalars, out):
+        _check_first(op, a, "a")
+        _check_like(op, b, "b", a, "a")
+        return _check_out(op, out, a, "a")
 
     return fake
 
@@ -61,6 +113,12 @@ def _fake_binary(op: str):
 def _fake_scale_shift(x, alpha, beta):
     _check_first("tierkit::scale_shift", x, "x")
     return _new_output(x)
+
+
+def _fake_scale_shift_out(x, alpha, beta, *, out):
+    op = "tierkit::scale_shift.out"
+    _check_first(op, x, "x")
+    return _check_out(op, out, x, "x")
 
 
 def _fake_add_out(a, b, out):
@@ -71,7 +129,7 @@ def _fake_add_out(a, b, out):
 
 
 def register() -> None:
-    """Register the fake kernels (once per process)."""
+    """Register the fake kernels, vmap rules and DTensor sharding (once per process)."""
     global _registered, _accepted, _accepted_text
     if _registered:
         return
@@ -80,9 +138,12 @@ def register() -> None:
     _accepted = tuple(getattr(torch, n) for n in names)
     _accepted_text = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     lib = torch.library
-    lib.register_fake("tierkit::custom_add", _fake_binary("tierkit::custom_add"))
-    lib.register_fake("tierkit::mul", _fake_binary("tierkit::mul"))
-    lib.register_fake("tierkit::muladd", _fake_binary("tierkit::muladd"))
+    for name in ("custom_add", "mul", "muladd"):
+        lib.register_fake(f"tierkit::{name}", _fake_binary(f"tierkit::{name}"))
+        lib.register_fake(f"tierkit::{name}.out", _fake_binary_out(f"tierkit::{name}.out"))
     lib.register_fake("tierkit::scale_shift", _fake_scale_shift)
+    lib.register_fake("tierkit::scale_shift.out", _fake_scale_shift_out)
     lib.register_fake("tierkit::add_out", _fake_add_out)
+    _vmap.register()
+    _sharding.install()
     _registered = True

@@ -1,0 +1,35 @@
+"""vmap batching rules for the functional tierkit ops.
+
+Each rule moves the batch dimension of every batched tensor to the front and
+expands unbatched ones (a stride-0 view, no copy) so the op runs once on the
+whole batch: no per-example loop. Nested vmap and vmap of grad compose,
+because the rule calls the op itself (which has autograd and its own rules).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _front(info, tensor: torch.Tensor, dim: int | None) -> torch.Tensor:
+    if dim is None:
+        return tensor.unsqueeze(0).expand(info.batch_size, *tensor.shape)
+    return tensor.movedim(dim, 0)
+
+
+def _binary_rule(op):
+    def rule(info, in_dims, a, b, *scalars):
+        return op(_front(info, a, in_dims[0]), _front(info, b, in_dims[1]), *scalars), 0
+
+    return rule
+
+
+def _scale_shift_rule(info, in_dims, x, alpha, beta):
+    return torch.ops.tierkit.scale_shift.default(_front(info, x, in_dims[0]), alpha, beta), 0
+
+
+def register() -> None:
+    ops = torch.ops.tierkit
+    for name in ("custom_add", "mul", "muladd"):
+        torch.library.register_vmap(f"tierkit::{name}", _binary_rule(getattr(ops, name).default))
+    torch.library.register_vmap("tierkit::scale_shift", _scale_shift_rule)
