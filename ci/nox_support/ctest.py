@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nox
+if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
+    import nox
 
 from .env import MAX_JOBS, ROOT
 from .tiers import TIERS

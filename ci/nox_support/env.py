@@ -13,8 +13,10 @@ import os
 import runpy
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nox
+if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
+    import nox
 
 from .tiers import TIERS
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import TYPE_CHECKING
 
-import nox
+if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
+    import nox
 
 from .env import BUILD_DIR, ROOT, pip_install
 from .tiers import TIERS

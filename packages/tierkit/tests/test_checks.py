@@ -203,9 +203,12 @@ def test_broken_extension_import_is_reported_not_fatal(monkeypatch):
 # ---- JIT cache --------------------------------------------------------------------------
 
 
-def make_lock(root, name, age_min):
+def make_lock(root, name, age_min, ninja=True):
+    """A lock in torch's layout <root>/<tag>/<name>/lock, `age_min` minutes old."""
     d = root / name
     d.mkdir(parents=True)
+    if ninja:
+        (d / "build.ninja").write_text("# torch's build file\n")
     lock = d / "lock"
     lock.write_text("")
     old = time.time() - age_min * 60
@@ -213,22 +216,85 @@ def make_lock(root, name, age_min):
     return lock
 
 
-def test_stale_lock_found_and_fixed(tmp_path):
+def test_baton_torch_stale_lock_found_and_fixed(tmp_path):
+    # Older torch (FileBaton): a lock file nobody holds blocks every later load().
     stale = make_lock(tmp_path, "py311_cpu/ext_a", 30)
     fresh = make_lock(tmp_path, "py311_cpu/ext_b", 1)
-    checks = by_name(jit_cache.jit_cache_checks(root=tmp_path, older_than_min=10))
+    stray = make_lock(tmp_path, "py311_cpu/not_torch", 30, ninja=False)  # not torch's layout
+    checks = by_name(
+        jit_cache.jit_cache_checks(root=tmp_path, older_than_min=10, torch_lock="baton", held=set())
+    )
     assert checks["JIT locks"].status == Status.WARN and str(stale) in checks["JIT locks"].value
-    assert str(fresh) not in checks["JIT locks"].value
-    fixed = by_name(jit_cache.jit_cache_checks(fix=True, root=tmp_path, older_than_min=10))
+    assert str(fresh) not in checks["JIT locks"].value and str(stray) not in checks["JIT locks"].value
+    fixed = by_name(
+        jit_cache.jit_cache_checks(fix=True, root=tmp_path, older_than_min=10, torch_lock="baton")
+    )
     assert "removed 1" in fixed["JIT locks"].value
-    assert not stale.exists() and fresh.exists()
+    assert not stale.exists() and fresh.exists() and stray.exists()
 
 
-def test_lock_held_open_by_a_live_process_is_not_stale(tmp_path):
+def test_advisory_torch_lock_files_are_harmless_and_never_removed(tmp_path):
+    # torch 2.14 (FileLock): the file stays after every build and blocks nothing.
+    lock = make_lock(tmp_path, "py311_cu130/ext", 60)
+    for fix in (False, True):
+        checks = jit_cache.jit_cache_checks(fix=fix, root=tmp_path, torch_lock="advisory", held=set())
+        assert all(c.status == Status.OK for c in checks), checks
+        assert "advisory" in checks[0].value
+    assert lock.exists()
+
+
+def test_unknown_locking_scheme_is_not_judged(tmp_path):
+    lock = make_lock(tmp_path, "py311_cpu/ext", 60)
+    checks = jit_cache.jit_cache_checks(fix=True, root=tmp_path, torch_lock=None, held=set())
+    assert all(c.status == Status.OK for c in checks) and lock.exists()
+
+
+def test_cannot_tell_who_holds_it_means_no_fix(tmp_path):
+    lock = make_lock(tmp_path, "py311_cpu/ext", 60)
+    checks = by_name(jit_cache.jit_cache_checks(fix=True, root=tmp_path, torch_lock="baton", held=None))
+    assert checks["JIT locks"].status == Status.WARN and "cannot tell" in checks["JIT locks"].value
+    assert lock.exists()
+
+
+def test_lock_held_by_a_live_child_process_is_not_stale(tmp_path):
     lock = make_lock(tmp_path, "py311_cpu/ext_c", 60)
-    with open(lock):  # a running build holds its lock open
-        assert jit_cache.stale_locks(tmp_path, 10) == []
-    assert jit_cache.stale_locks(tmp_path, 10) == [lock]
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; f = open(sys.argv[1]); print('held', flush=True); time.sleep(60)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert jit_cache.stale_batons(tmp_path, 10, jit_cache.open_files()) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    assert jit_cache.stale_batons(tmp_path, 10, jit_cache.open_files()) == [lock]
+
+
+def test_symlinked_cache_dir_is_compared_by_canonical_path(tmp_path):
+    real = tmp_path / "real"
+    lock = make_lock(real, "py311_cpu/ext", 60)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    linked_lock = link / "py311_cpu/ext/lock"
+    with open(lock):  # held through the real path, looked up through the link
+        assert jit_cache.stale_batons(link, 10, jit_cache.open_files()) == []
+    assert jit_cache.stale_batons(link, 10, jit_cache.open_files()) == [linked_lock]
+
+
+def test_the_installed_torch_reports_its_locking_scheme():
+    info, _ = torch_cuda.torch_info()
+    if info is None:
+        pytest.skip("torch is not importable here")
+    assert info["jit_lock"] in ("advisory", "baton")
+    if info["version"].startswith("2.14."):
+        assert info["jit_lock"] == "advisory"
 
 
 def test_cache_dir_honours_env(monkeypatch, tmp_path):

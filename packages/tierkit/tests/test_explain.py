@@ -16,6 +16,10 @@ LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 # What the quoted decisive line must contain for each fixture.
 DECISIVE = {
+    "newcomer_build_isolation.log": "No matching distribution found for tierkit-core",
+    "newcomer_install_order.log": "No module named 'tierkit_torch'",
+    "newcomer_missing_python_h.log": "fatal error: Python.h",
+    "newcomer_pytest_other_env.log": "No module named 'tierkit'",
     "compile_syntax_error.log": "error: no match for",
     "compile_missing_header.log": "fatal error: tierkit/does_not_exist.h",
     "link_missing_library.log": "cannot find -lthis_library_does_not_exist",
@@ -81,4 +85,23 @@ def test_cli_explain_file_and_stdin():
 
 def test_cli_explain_requires_a_file():
     result = run_cli("explain")
-    assert result.returncode == 2 and "LOGFILE" in result.stderr
+    assert result.returncode == 2 and "LOG" in result.stderr
+
+
+def test_cli_explain_options_in_any_order_and_listed_in_help():
+    log = str(LOGS / "ninja_missing.log")
+    for args in (("explain", "--json", log), ("explain", log, "--json")):
+        result = run_cli(*args)
+        assert json.loads(result.stdout)["layer"] == "ninja", args
+    assert "explain" in run_cli("--help").stdout
+
+
+def test_install_order_log_is_not_blamed_on_the_loader():
+    diagnosis = explain((LOGS / "newcomer_install_order.log").read_text())
+    assert diagnosis.layer == "install-order" and "LD_LIBRARY_PATH" not in diagnosis.fix
+
+
+def test_an_unloaded_operator_library_is_named():
+    text = "RuntimeError: Could not find schema for tierkit::mul.\n"
+    diagnosis = explain(text)
+    assert diagnosis is not None and diagnosis.layer == "loader" and "tierkit_torch" in diagnosis.fix

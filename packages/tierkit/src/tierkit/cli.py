@@ -10,8 +10,8 @@ import sys
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import explain, jit_cache, report, tiers, toolchain, torch_cuda
 
-    if args.explain is not None:
-        text = sys.stdin.read() if args.explain == "-" else open(args.explain, errors="replace").read()
+    if args.doctor_command == "explain":
+        text = sys.stdin.read() if args.logfile == "-" else open(args.logfile, errors="replace").read()
         diagnosis = explain.explain(text)
         print(
             json.dumps(diagnosis.as_dict() if diagnosis else None, indent=2)
@@ -26,7 +26,9 @@ def _doctor(args: argparse.Namespace) -> int:
     checks += torch_cuda.cuda_checks(info)
     for tier in tiers.TIERS:
         checks += tiers.tier_checks(tier, info)
-    checks += jit_cache.jit_cache_checks(fix=args.fix, older_than_min=args.lock_age)
+    checks += jit_cache.jit_cache_checks(
+        fix=args.fix, older_than_min=args.lock_age, torch_lock=(info or {}).get("jit_lock")
+    )
     print(report.render_json(checks) if args.json else report.render_text(checks))
     return report.exit_code(checks)
 
@@ -41,9 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tierkit", description="tierkit tools")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    doctor = sub.add_parser("doctor", help="can this machine build and load each tier; which layer broke")
+    doctor = sub.add_parser(
+        "doctor",
+        help="can this machine build and load each tier; which layer broke",
+        description="Checks the toolchain and every tier in the environment of the Python running it. "
+        "`tierkit doctor explain LOG` names the layer a failed build or import broke.",
+    )
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
-    doctor.add_argument("--fix", action="store_true", help="remove stale JIT lock files")
+    doctor.add_argument(
+        "--fix", action="store_true", help="remove stale JIT lock files (only where this torch's locks block)"
+    )
     doctor.add_argument(
         "--lock-age",
         type=float,
@@ -51,9 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIN",
         help="a lock nobody holds is stale after this many minutes (default 10)",
     )
-    doctor.add_argument("explain_cmd", nargs="?", choices=["explain"], help=argparse.SUPPRESS)
-    doctor.add_argument("logfile", nargs="?", help=argparse.SUPPRESS)
-    doctor.set_defaults(func=_doctor)
+    doctor_sub = doctor.add_subparsers(dest="doctor_command", metavar="{explain}")
+    explain = doctor_sub.add_parser(
+        "explain",
+        help="which layer a failed build/import log broke (compile, link, loader, ...), and the fix",
+    )
+    explain.add_argument("logfile", metavar="LOG", help="the log file, or - for standard input")
+    explain.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(func=_doctor, doctor_command=None)
 
     bench = sub.add_parser("bench", help="the benchmark report")
     bench.add_argument("--quick", action="store_true", help="a one-minute smoke version")
@@ -65,14 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "doctor":
-        args.explain = None
-        if args.explain_cmd == "explain":
-            if args.logfile is None:
-                parser.error("doctor explain: expected LOGFILE or - for standard input")
-            args.explain = args.logfile
-        elif args.logfile is not None:
-            parser.error(f"doctor: unexpected argument {args.logfile!r}")
     return args.func(args)
 
 

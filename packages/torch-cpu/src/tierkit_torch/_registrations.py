@@ -52,9 +52,8 @@ def _dense(t: torch.Tensor) -> bool:
     # answers False rather than guarding when a dynamic shape leaves it open.
     import torch._prims_common as prims
 
-    check = (
-        getattr(prims, "is_non_overlapping_and_dense_or_false", None) or prims.is_non_overlapping_and_dense
-    )
+    names = vars(prims)
+    check = names.get("is_non_overlapping_and_dense_or_false") or names["is_non_overlapping_and_dense"]
     return check(t)
 
 

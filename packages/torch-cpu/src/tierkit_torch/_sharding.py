@@ -29,8 +29,8 @@ _done = False
 def _strategies(ndim: int, n_tensors: int, n_scalars: int, partial: list[list[str]]):
     from torch.distributed.tensor import Partial, Replicate, Shard
 
-    pad = [None] * n_scalars
-    out = [([Replicate()], [Replicate()] * n_tensors + pad)]
+    pad: list = [None] * n_scalars
+    out: list[tuple[list, list]] = [([Replicate()], [Replicate()] * n_tensors + pad)]
     out += [([Shard(d)], [Shard(d)] * n_tensors + pad) for d in range(ndim)]
     for kinds in partial:
         out.append(([Partial()], [Partial() if k == "P" else Replicate() for k in kinds] + pad))
@@ -80,7 +80,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             exec_module(module)
             register()
 
-        spec.loader.exec_module = exec_then_register  # type: ignore[method-assign]
+        spec.loader.exec_module = exec_then_register
         return spec
 
 

@@ -42,6 +42,59 @@ ECHOES = [
     r"FAILED: ",
     r"^[WI]\d{4} \d\d:\d\d:\d\d",  # torch's logged warnings/info (e.g. "No CUDA runtime is found"): context, not causes
     r"^\s*warnings?\.warn\(|UserWarning",
+    r"ImportError while importing test module",  # pytest's announcement; the cause is a later line
+]
+
+# Failures a newcomer meets before any compiler runs, recognised by a line
+# *and* the kind of log around it: (layer, pattern, context, explanation, fix).
+# They are tried on every line before the generic RULES.
+CONTEXT_RULES: list[tuple[str, str, str, str, str]] = [
+    (
+        "build-isolation",
+        r"No matching distribution found for tierkit-",
+        r"",
+        "pip built the tier in an isolated environment and looked for its build requirement (another tierkit "
+        "tier) on the package index; the tiers are on no index, so it cannot be found there",
+        "install the tiers it builds on first and build without isolation: pip install packages/cpp-core && "
+        "pip install --no-build-isolation packages/<tier> (or, after `bash ci/nox.sh -s build`, "
+        "pip install --find-links dist packages/<tier>); see the tier's README",
+    ),
+    (
+        "install-order",
+        r"No module named '(tierkit_\w+)'",
+        r"Preparing metadata|Getting requirements to build|build_meta|setup\.py",
+        "a tier's build imports the tier below it, which was not installed yet: pip builds every path given "
+        "in one command before it installs any of them",
+        "install one tier per pip command, in dependency order (core, then torch-cpu, then torch-cuda), "
+        "each with --no-build-isolation",
+    ),
+    (
+        "python-dev",
+        r"fatal error: Python\.h: No such file or directory|Could NOT find Python.*(Development|Python_INCLUDE)",
+        r"",
+        "the interpreter's C headers (Python.h) are missing: extensions cannot compile against it",
+        "install the development headers of the Python you build with: apt-get install python3-dev for "
+        "Debian's python3 (bash ci/system-deps.sh does it); pyenv and python.org builds include them",
+    ),
+    (
+        "environment",
+        r"No module named '(tierkit\w*|torch)'",
+        r"test session starts|ERROR collecting|_pytest",
+        "pytest ran in another Python environment than the one the tier is installed in (a pytest found on "
+        "PATH belongs to another interpreter)",
+        "run pytest with the environment's own interpreter: python -m pytest ... (install it there with "
+        "pip install 'packages/<tier>[test]' or pip install pytest)",
+    ),
+    (
+        "loader",
+        r"Could not run 'tierkit::\w+' with arguments|Could not find schema for tierkit::|"
+        r"tierkit::\w+ (is not|was not) (registered|found)|no attribute '\w+'.*_OpNamespace 'tierkit'",
+        r"",
+        "the process ran a tierkit operator whose library was never loaded (an AOTInductor package, "
+        "torch.ops.tierkit without `import tierkit_torch`)",
+        "import tierkit_torch first (Python), or load its operator library (tierkit_torch.library_path()) "
+        "before the package (C++: dlopen / torch::ops::load_library)",
+    ),
 ]
 
 # (layer, pattern, explanation, fix), most specific first.
@@ -135,7 +188,11 @@ def _demangle(line: str) -> str:
 
 def explain(text: str) -> Diagnosis | None:
     echo = re.compile("|".join(ECHOES))
+    context_rules = [r for r in CONTEXT_RULES if re.search(r[2], text)]
     for number, line in enumerate(text.splitlines(), 1):
+        for layer, pattern, _, explanation, fix in context_rules:
+            if re.search(pattern, line):
+                return Diagnosis(layer, line.strip(), number, explanation, fix)
         if echo.search(line):
             continue
         for layer, pattern, explanation, fix in RULES:

@@ -19,13 +19,38 @@ class TierInfo:
     distribution: str
     module: str
     torch: bool = False
+    # The commands that install it from a checkout, as its README gives them:
+    # tierkit-* are on no index, so inter-tier build requirements must already
+    # be installed and pip must not isolate the build; one tier per command,
+    # in dependency order (pip builds all the paths of one command first).
+    install: str = ""
 
 
 TIERS = [
-    TierInfo("tier 0 core", "tierkit-core", "tierkit_core"),
-    TierInfo("tier 1 bridge", "tierkit-bridge", "tierkit_bridge"),
-    TierInfo("tier 2 torch-cpu", "tierkit-torch", "tierkit_torch", torch=True),
-    TierInfo("tier 3 torch-cuda", "tierkit-cuda", "tierkit_cuda", torch=True),
+    TierInfo("tier 0 core", "tierkit-core", "tierkit_core", install="pip install packages/cpp-core"),
+    TierInfo(
+        "tier 1 bridge",
+        "tierkit-bridge",
+        "tierkit_bridge",
+        install="pip install scikit-build-core 'pybind11>=3.0' packages/cpp-core && "
+        "pip install --no-build-isolation packages/pybind-bridge",
+    ),
+    TierInfo(
+        "tier 2 torch-cpu",
+        "tierkit-torch",
+        "tierkit_torch",
+        torch=True,
+        install="pip install torch==2.14.1 setuptools wheel packages/cpp-core && "
+        "pip install --no-build-isolation packages/torch-cpu",
+    ),
+    TierInfo(
+        "tier 3 torch-cuda",
+        "tierkit-cuda",
+        "tierkit_cuda",
+        torch=True,
+        install="(tier 2 first, as above) then, in a separate command: "
+        "pip install --no-build-isolation packages/torch-cuda",
+    ),
 ]
 
 OPS = ["custom_add", "scale_shift", "muladd", "mul", "add_out"]
@@ -61,7 +86,13 @@ def tier_checks(tier: TierInfo, torch_info: dict | None) -> list[Check]:
     try:
         version = importlib.metadata.version(tier.distribution)
     except importlib.metadata.PackageNotFoundError:
-        return [warn(name, "not installed", f"pip install packages/{_dir(tier)} (see its README)")]
+        return [
+            warn(
+                name,
+                "not installed",
+                f"{tier.install} (from the repository root; see packages/{_dir(tier)}/README.md)",
+            )
+        ]
     imported = _import(tier.module)  # in a subprocess: a crashing extension is a finding
     if not imported.ok:
         return [

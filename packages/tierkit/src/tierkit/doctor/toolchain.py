@@ -16,6 +16,11 @@ from .report import Check, fail, ok, warn
 def python_checks() -> list[Check]:
     version = platform.python_version()
     checks = [
+        ok(
+            "environment",
+            f"{sys.prefix}: the doctor examines the Python it runs in; to check another environment "
+            "(e.g. .nox/_env), run that environment's `python -m tierkit doctor`",
+        ),
         ok("python", f"{version} ({sys.executable})")
         if sys.version_info >= (3, 10)
         else warn(

@@ -22,6 +22,12 @@ info = {
     "capabilities": [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
                     if torch.cuda.is_available() else [],
 }
+# How cpp_extension.load() locks a build directory: an OS advisory lock on
+# `lock` (FileLock, torch >= 2.14: the file stays and is harmless) or a
+# FileBaton, whose lock file's existence blocks every later build.
+import inspect, torch.utils.cpp_extension as ce
+src = inspect.getsource(ce)
+info["jit_lock"] = "advisory" if "FileLock(" in src else ("baton" if "FileBaton(" in src else "unknown")
 print(json.dumps(info))
 """
 
@@ -157,6 +163,9 @@ def cuda_checks(info: dict | None) -> list[Check]:
             )
         )
         home, how = default_home, "tierkit default"
+        reported_home = True
+    else:
+        reported_home = False
     if not is_toolkit(home):
         status = fail if torch_cuda else warn
         checks.append(
@@ -169,7 +178,8 @@ def cuda_checks(info: dict | None) -> list[Check]:
         return checks
     assert home is not None  # is_toolkit(None) is False
     nvcc = str(Path(home, "bin", "nvcc"))
-    checks.append(ok("CUDA_HOME", f"{home} ({how})"))
+    if not reported_home:  # (the warning above already named the toolkit tierkit will use)
+        checks.append(ok("CUDA_HOME", f"{home} ({how})"))
     toolkit = nvcc_version(nvcc)
     if toolkit is None:
         checks.append(fail("nvcc", f"{nvcc} --version printed no release", "reinstall the CUDA toolkit"))
@@ -181,6 +191,8 @@ def cuda_checks(info: dict | None) -> list[Check]:
         else:
             fix = f"use a CUDA {torch_cuda} toolkit, or the torch build for CUDA {toolkit}"
             checks.append((fail if level == "fail" else warn)("nvcc vs torch", text, fix))
+    elif info is None:
+        checks.append(ok("nvcc", f"{toolkit} (torch not importable here: nothing to compare it with)"))
     else:
         checks.append(
             warn(

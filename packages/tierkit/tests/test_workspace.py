@@ -1,0 +1,61 @@
+"""The workspace's own machinery (ci/nox_support), tested where the tools are:
+what a newcomer relies on without reading it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run_support(code: str, **env: str) -> str:
+    import os
+
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT / 'ci')!r})\n{code}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_no_cuda_toolkit_means_cuda_tiers_are_skipped_not_failed():
+    # build, demo, bench and tests all ask has_cuda_toolkit() before a CUDA tier.
+    out = run_support(
+        "from nox_support import env; print(env.has_cuda_toolkit(), env.BUILD_ENV['CUDA_HOME'])",
+        CUDA_HOME="/nonexistent/cuda",
+    )
+    assert out == "False /nonexistent/cuda"
+    noxfile = (ROOT / "noxfile.py").read_text()
+    for session in ("def build(", "def demo(", "def bench(", "def run_tier_tests("):
+        body = noxfile.split(session, 1)[1].split("\n@nox.session", 1)[0]
+        assert "runnable(" in body or "has_cuda_toolkit()" in body, session
+
+
+def test_tier_digest_ignores_build_outputs(tmp_path):
+    # An egg-info directory (anywhere, e.g. src/tierkit_torch.egg-info) or build/ must not
+    # make a tier look changed: it would rebuild for nothing.
+    code = (
+        "from nox_support import env, tiers\n"
+        "from pathlib import Path\n"
+        "import shutil\n"
+        "before = env.tier_digest('tools')\n"
+        "egg = env.ROOT / tiers.TIERS['tools'].path / 'src' / 'tierkit_probe.egg-info'\n"
+        "egg.mkdir(); (egg / 'PKG-INFO').write_text('x')\n"
+        "try:\n    print(before == env.tier_digest('tools'))\n"
+        "finally:\n    shutil.rmtree(egg)\n"
+    )
+    assert run_support(code) == "True"
+
+
+def test_tier_table_is_complete():
+    out = run_support(
+        "from nox_support.tiers import TIERS\n"
+        "from nox_support.env import ROOT\n"
+        "print(all((ROOT / t.path / 'pyproject.toml').exists() for t in TIERS.values()), sorted(TIERS))"
+    )
+    assert out.startswith("True")
