@@ -61,7 +61,12 @@ TIERS: dict[str, Tier] = {
                 # torch.compile and JIT tests exercise inductor's and cpp_extension's
                 # generated builds (uninstrumented), not our code, and would spawn
                 # compilers under the ASan preload.
-                pytest_args=("--ignore-glob=*test_compile.py", "--ignore-glob=*test_jit.py"),
+                pytest_args=(
+                    "--ignore-glob=*test_compile.py",
+                    "--ignore-glob=*test_jit.py",
+                    "--ignore-glob=*test_deploy.py",  # AOTInductor compiles a model .so, cmake a runner
+                    "--ignore-glob=*test_distributed.py",  # spawned workers would not inherit the preload sanely
+                ),
             ),
         ),
         Tier("cuda", "packages/torch-cuda", needs=("core", "torch"), requirements=(BASE, TORCH), cuda=True),

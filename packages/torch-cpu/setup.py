@@ -1,5 +1,8 @@
-"""Build of tierkit-torch: one C++ extension, tierkit_torch._C, holding the
-operator schemas and CPU kernels. Metadata is in pyproject.toml.
+"""Build of tierkit-torch: one shared library, tierkit_torch/libtierkit_torch_ops.so,
+holding the operator schemas and CPU kernels. It has no Python in it (no
+Python.h, no libtorch_python): the Python package loads it with
+torch.ops.load_library, and a C++ program (an AOTInductor runner) can load
+the same file. Metadata is in pyproject.toml.
 
 Build against the torch you will run with:
     pip install --no-build-isolation packages/torch-cpu
@@ -29,7 +32,7 @@ SANITIZE = os.environ.get("TIERKIT_SANITIZE", "")
 # 1 or 2 torch threads alike). libgomp.so.1 resolves to the copy torch loads.
 compile_args = ["-O3", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 link_args: list[str] = ["-fopenmp"]
-macros: list[tuple[str, str | None]] = []  # py_limited_api=True makes torch define Py_LIMITED_API (3.10)
+macros: list[tuple[str, str | None]] = []
 if SANITIZE:
     # vptr checks need RTTI from torch's uninstrumented libraries: false alarms.
     flags = [f"-fsanitize={SANITIZE}", "-fno-sanitize=vptr", "-fno-omit-frame-pointer", "-g"]
@@ -55,20 +58,39 @@ class BuildPyWithSources(build_py):
         (pkg / "_build_info.py").write_text(build_info())
 
 
+# Earlier releases built a Python module `_C` here; an in-place rebuild must
+# not ship that stale file beside the new library.
+for stale in HERE.glob("build/**/tierkit_torch/_C*.so"):
+    stale.unlink()
+
+
+def python_free(ext):
+    """CppExtension links libtorch_python (torch's Python bindings) by default;
+    the operator library needs only libtorch, so a C++ program can load it."""
+    ext.libraries = [lib for lib in ext.libraries if lib != "torch_python"]
+    return ext
+
+
 setup(
     ext_modules=[
-        CppExtension(
-            "tierkit_torch._C",
-            sorted(str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.cpp")),
-            include_dirs=[str(HERE / "include"), tierkit_core.get_include()],
-            define_macros=macros,
-            extra_compile_args=compile_args,
-            extra_link_args=link_args,
-            py_limited_api=True,
+        python_free(
+            CppExtension(
+                "tierkit_torch.libtierkit_torch_ops",
+                sorted(str(p.relative_to(HERE)) for p in (HERE / "csrc").glob("*.cpp")),
+                include_dirs=[str(HERE / "include"), tierkit_core.get_include()],
+                define_macros=macros,
+                extra_compile_args=compile_args,
+                extra_link_args=link_args,
+            )
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithSources},
+    # no_python_abi_suffix: a plain libtierkit_torch_ops.so, not a Python module's name.
+    cmdclass={
+        "build_ext": BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True),
+        "build_py": BuildPyWithSources,
+    },
     options={
+        # The wheel holds no Python-version-specific binary: one wheel serves CPython >= 3.10.
         "bdist_wheel": {"py_limited_api": "cp310"},
         # Instrumented objects must never be mixed with normal ones.
         "build": {"build_base": "build/asan" if SANITIZE else "build"},

@@ -1,5 +1,6 @@
-"""Build of tierkit-cuda: one CUDA extension, tierkit_cuda._C, holding CUDA
-kernels for the tierkit ops. Metadata is in pyproject.toml.
+"""Build of tierkit-cuda: one shared library, tierkit_cuda/libtierkit_cuda_ops.so,
+holding CUDA kernels for the tierkit ops, with no Python in it (a C++
+program can load it beside tierkit-torch's). Metadata is in pyproject.toml.
 
 Needs nvcc and a CUDA build of torch whose CUDA major version matches it;
 no GPU is needed to build. Build against the torch you run with:
@@ -65,16 +66,32 @@ class BuildPyWithInfo(build_py):
         (Path(self.build_lib) / "tierkit_cuda" / "_build_info.py").write_text(build_info())
 
 
+# Earlier releases built a Python module `_C` here; an in-place rebuild must
+# not ship that stale file beside the new library.
+for stale in HERE.glob("build/**/tierkit_cuda/_C*.so"):
+    stale.unlink()
+
+
+def python_free(ext):
+    """CUDAExtension links libtorch_python by default; the kernels need only libtorch."""
+    ext.libraries = [lib for lib in ext.libraries if lib != "torch_python"]
+    return ext
+
+
 setup(
     ext_modules=[
-        CUDAExtension(
-            "tierkit_cuda._C",
-            ["csrc/module.cpp", "csrc/ops.cpp", "csrc/timing.cpp", "csrc/kernels.cu"],
-            include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
-            extra_compile_args={"cxx": ["-O3", "-Wall"], "nvcc": ["-O3"]},
-            py_limited_api=True,
+        python_free(
+            CUDAExtension(
+                "tierkit_cuda.libtierkit_cuda_ops",
+                ["csrc/ops.cpp", "csrc/timing.cpp", "csrc/kernels.cu"],
+                include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
+                extra_compile_args={"cxx": ["-O3", "-Wall"], "nvcc": ["-O3"]},
+            )
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithInfo},
+    cmdclass={
+        "build_ext": BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True),
+        "build_py": BuildPyWithInfo,
+    },
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

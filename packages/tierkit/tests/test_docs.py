@@ -30,6 +30,8 @@ SKIP = {
     ("README.md", "bash ci/nox.sh -s bench"): "the main job: builds everything and benchmarks for minutes; "
     "its --quick form runs in test_bench_smoke.py, the test command is what CI runs",
     ("docs/architecture.md", 'Tier("mytier"'): "a fragment of ci/nox_support/tiers.py, not a program",
+    ("docs/deploy.md", "cd packages/torch-cpu/examples/aoti-runner"): "needs raw tensor files (inputs.bin); "
+    "torch-cpu's test_deploy.py builds this runner and runs it on files it writes",
     ("docs/benchmarks.md", "bash ci/nox.sh -s bench"): "a full benchmark run (minutes); "
     "`tierkit bench --quick` runs in test_bench_smoke.py",
     (

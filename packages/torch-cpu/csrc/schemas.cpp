@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "tierkit/dtype.h"
-#include "tierkit_torch/empty_module.h"
 
 namespace {
 // The dtypes the kernels accept, from core's dtype table, so the Python fake
@@ -28,18 +27,15 @@ TORCH_LIBRARY(tierkit, m) {
   m.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
   m.def("mul(Tensor a, Tensor b) -> Tensor");
   m.def("add_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
-  // out= overloads in aten's convention: keyword-only `out`, returned. The
-  // `out` tag tells torch.compile's functionalization that `out` is a
-  // write-only buffer, so it can rewrite the call functionally.
-  const std::vector<at::Tag> out_tag{at::Tag::out};
-  m.def("custom_add.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
-  m.def("mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
-  m.def("scale_shift.out(Tensor x, float alpha, float beta, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
-  m.def("muladd.out(Tensor a, Tensor b, float c, *, Tensor(a!) out) -> Tensor(a!)", out_tag);
+  // out= overloads in aten's convention: keyword-only `out`, returned. Not
+  // tagged `out`: with the tag, torch 2.14's inductor lowers the functional
+  // ops to these overloads and, in AOTInductor's C++ wrapper, calls C shims
+  // (aoti_torch_cpu_<op>) that custom ops do not have. torch.compile
+  // functionalizes them through their CompositeImplicitAutograd
+  // decomposition instead (composite.cpp).
+  m.def("custom_add.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("scale_shift.out(Tensor x, float alpha, float beta, *, Tensor(a!) out) -> Tensor(a!)");
+  m.def("muladd.out(Tensor a, Tensor b, float c, *, Tensor(a!) out) -> Tensor(a!)");
   m.def("_accepted_dtypes() -> str[]", &accepted_dtypes);
 }
-
-// Importing tierkit_torch._C loads this library, whose static initialisers
-// run the registrations above. The module itself is empty; built against the
-// limited API (Py_LIMITED_API 3.10), one wheel (cp310-abi3) serves CPython >= 3.10.
-TIERKIT_EMPTY_PYTHON_MODULE(_C, "tierkit operator registrations (see torch.ops.tierkit)")

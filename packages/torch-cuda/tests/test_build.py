@@ -51,7 +51,7 @@ def test_shared_object_holds_requested_device_code():
         pytest.skip("no cuobjdump: it ships in the `triton` package, which is not installed")
     from tierkit_cuda import _build_info
 
-    so = Path(tierkit_cuda._C.__file__)
+    so = Path(tierkit_cuda.library_path())
     listing = subprocess.run(
         [str(exe), "--list-elf", str(so)], capture_output=True, text=True, check=True
     ).stdout
@@ -71,3 +71,9 @@ def test_cpu_tensors_still_take_the_cpu_kernel():
 def test_cuda_call_without_gpu_fails_cleanly():
     with pytest.raises((RuntimeError, AssertionError)):
         torch.ops.tierkit.custom_add(torch.ones(2, device="cuda"), torch.ones(2, device="cuda"))
+
+
+def test_kernel_library_has_no_python_dependency():
+    from conftest import python_dependencies
+
+    assert python_dependencies(tierkit_cuda.library_path()) == []

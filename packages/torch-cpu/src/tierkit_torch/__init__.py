@@ -1,8 +1,9 @@
 """PyTorch custom operators in the ``tierkit`` namespace, with CPU kernels on
 tierkit's C++ core.
 
-Importing this package loads the compiled library (after torch, so its
-symbols resolve) and registers the Python-side kernels: fake (meta) kernels
+Importing this package loads the operator library (a plain shared library
+without Python, ``library_path()``; after torch, so its symbols resolve) and
+registers the Python-side kernels: fake (meta) kernels
 for ``torch.compile``/``torch.export`` and autograd formulas. The ops are then
 available both as ``torch.ops.tierkit.<name>`` and through :mod:`tierkit_torch.ops`.
 """
@@ -15,7 +16,7 @@ import torch  # noqa: F401  (must come first: the library links against it)
 
 from . import _loader, _registrations
 
-__all__ = ["add_out", "custom_add", "get_include", "mul", "muladd", "ops", "scale_shift"]
+__all__ = ["add_out", "custom_add", "get_include", "library_path", "mul", "muladd", "ops", "scale_shift"]
 __version__ = "0.1.0"
 
 if not _loader.jit_requested():
@@ -24,6 +25,13 @@ if not _loader.jit_requested():
 
 from . import ops
 from .ops import add_out, custom_add, mul, muladd, scale_shift
+
+
+def library_path() -> str:
+    """The operator library file: what a C++ program (an AOTInductor runner)
+    must load (dlopen / torch::ops) before it runs a model that calls tierkit
+    ops. It has no Python dependency. The JIT build's file once that is loaded."""
+    return _loader.library_path() or _loader.aot_library_path()
 
 
 def get_include() -> str:

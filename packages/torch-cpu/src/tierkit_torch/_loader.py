@@ -1,7 +1,9 @@
 """Which compiled library provides the tierkit ops in this process.
 
-Exactly one may: the ahead-of-time extension (``tierkit_torch._C``, the
-default) or a just-in-time build (:mod:`tierkit_torch.jit`). Both define
+Exactly one may: the ahead-of-time operator library
+(``libtierkit_torch_ops.so`` in this package, the default) or a just-in-time
+build (:mod:`tierkit_torch.jit`). Either is a plain shared library with no
+Python in it, loaded with ``torch.ops.load_library``. Both define
 ``TORCH_LIBRARY(tierkit)``, and the dispatcher refuses a namespace defined
 twice, so the choice is made once, before anything is loaded.
 """
@@ -9,6 +11,7 @@ twice, so the choice is made once, before anything is loaded.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 JIT_ENV = "TIERKIT_TORCH_JIT"
 _loaded: str | None = None
@@ -34,8 +37,35 @@ def mark_loaded(mode: str) -> None:
     _loaded = mode
 
 
+AOT_LIBRARY = "libtierkit_torch_ops.so"
+_path: str | None = None
+
+
+def aot_library_path() -> str:
+    return str(Path(__file__).resolve().parent / AOT_LIBRARY)
+
+
+def library_path() -> str | None:
+    """The operator library loaded in this process (None before one is)."""
+    return _path
+
+
+def set_loaded_path(path: str) -> None:
+    global _path
+    _path = path
+
+
 def load_aot() -> None:
     if _loaded == "aot":
         return
+    import torch
+
+    path = aot_library_path()
+    if not Path(path).is_file():
+        raise ImportError(
+            f"tierkit_torch: its operator library {path} is missing: the package was not built "
+            "(install it with pip install --no-build-isolation packages/torch-cpu)"
+        )
     mark_loaded("aot")
-    from . import _C  # type: ignore[attr-defined]  # noqa: F401  (static initialisers register the ops)
+    torch.ops.load_library(path)  # static initialisers register the ops
+    set_loaded_path(path)

@@ -1,7 +1,7 @@
 """Python-side kernels for the tierkit ops: the fake (meta) kernels.
 
 Registered with ``torch.library.register_fake`` against the schemas the C++
-library defined (the functional ops and their ``.out`` overloads); the vmap
+library defined (the functional ops; the ``.out`` overloads decompose); the vmap
 rules (_vmap.py) and DTensor sharding (_sharding.py) are registered from here too. A fake kernel says what a call returns (shape, dtype,
 device, strides) without computing it, which is all ``torch.compile``,
 ``torch.export`` and meta tensors need. They apply the same checks as the C++
@@ -71,26 +71,6 @@ def _new_output(*inputs: torch.Tensor) -> torch.Tensor:
     return torch.empty(first.shape, dtype=first.dtype, device=first.device)
 
 
-def _check_out(op: str, out: torch.Tensor, like: torch.Tensor, like_name: str) -> torch.Tensor:
-    torch._check(
-        out.device == like.device,
-        lambda: f"{op}: out: expected device {like.device} (same as {like_name}), got {out.device}",
-    )
-    torch._check(
-        out.dtype == like.dtype,
-        lambda: (
-            f"{op}: out: expected dtype {_name(like.dtype)} (same as {like_name}), got {_name(out.dtype)}"
-        ),
-    )
-    if out.numel() == 0 and out.shape != like.shape:
-        out.resize_(like.shape)
-    torch._check(
-        out.shape == like.shape,
-        lambda: f"{op}: out: expected shape {list(like.shape)} (same as {like_name}), got {list(out.shape)}",
-    )
-    return out
-
-
 def _fake_binary(op: str):
     def fake(a, b, *scalars):
         _check_first(op, a, "a")
@@ -100,24 +80,9 @@ def _fake_binary(op: str):
     return fake
 
 
-def _fake_binary_out(op: str):
-    def fake(a, b, *scalars, out):
-        _check_first(op, a, "a")
-        _check_like(op, b, "b", a, "a")
-        return _check_out(op, out, a, "a")
-
-    return fake
-
-
 def _fake_scale_shift(x, alpha, beta):
     _check_first("tierkit::scale_shift", x, "x")
     return _new_output(x)
-
-
-def _fake_scale_shift_out(x, alpha, beta, *, out):
-    op = "tierkit::scale_shift.out"
-    _check_first(op, x, "x")
-    return _check_out(op, out, x, "x")
 
 
 def _fake_add_out(a, b, out):
@@ -139,9 +104,10 @@ def register() -> None:
     lib = torch.library
     for name in ("custom_add", "mul", "muladd"):
         lib.register_fake(f"tierkit::{name}", _fake_binary(f"tierkit::{name}"))
-        lib.register_fake(f"tierkit::{name}.out", _fake_binary_out(f"tierkit::{name}.out"))
     lib.register_fake("tierkit::scale_shift", _fake_scale_shift)
-    lib.register_fake("tierkit::scale_shift.out", _fake_scale_shift_out)
+    # The .out overloads need none: under fake tensors they decompose (their
+    # CompositeImplicitAutograd kernel, csrc/composite.cpp) into the
+    # functional op's fake kernel plus a copy.
     lib.register_fake("tierkit::add_out", _fake_add_out)
     _vmap.register()
     _sharding.install()

@@ -41,7 +41,7 @@ def load(verbose: bool = False, build_directory: str | None = None):
     if build_directory is not None:
         os.makedirs(build_directory, exist_ok=True)
     root = _source_root()
-    cpp_extension.load(
+    path = cpp_extension.load(
         name="tierkit_torch_jit",
         sources=sources(),
         extra_include_paths=[str(root / "include"), tierkit_core.get_include()],
@@ -52,5 +52,6 @@ def load(verbose: bool = False, build_directory: str | None = None):
         verbose=verbose,
     )
     _loader.mark_loaded("jit")
+    _loader.set_loaded_path(str(path))
     _registrations.register()
     return torch.ops.tierkit

@@ -8,15 +8,24 @@ It imports without a GPU; calls then need one.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import tierkit_torch
 import torch
 
-__all__ = ["cuda_available", "time_op"]
+__all__ = ["cuda_available", "library_path", "time_op"]
 __version__ = "0.1.0"
 
+
+def library_path() -> str:
+    """The CUDA kernels' library (no Python in it): a C++ program loads it
+    after tierkit_torch.library_path()'s, which defines the schemas."""
+    return str(Path(__file__).resolve().parent / "libtierkit_cuda_ops.so")
+
+
 try:
-    from . import _C  # type: ignore[attr-defined]  # noqa: F401  (static initialisers register the CUDA kernels)
-except ImportError as exc:  # pragma: no cover - depends on the installed torch
+    torch.ops.load_library(library_path())  # static initialisers register the CUDA kernels
+except OSError as exc:  # pragma: no cover - depends on the installed torch
     if torch.version.cuda is None:
         raise ImportError(
             f"tierkit_cuda needs a CUDA build of torch, but torch {torch.__version__} is CPU-only "

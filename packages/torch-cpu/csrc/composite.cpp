@@ -1,0 +1,70 @@
+// What the out= overloads mean in terms of the functional ops: compute, then
+// copy into `out` (after aten's out= rules). Registered as
+// CompositeImplicitAutograd, which eager calls never reach (the CPU, CUDA,
+// Meta and Autograd kernels are registered directly and take precedence):
+// torch.compile's functionalization uses it to turn a mutating .out call
+// into the functional op plus a copy it knows how to handle.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include "tierkit_torch/checks.h"
+
+namespace tierkit_torch {
+namespace {
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> functional(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
+
+// prepare_out's rules, on symbolic sizes (this kernel runs while tracing
+// with dynamic shapes, where comparisons become guards).
+at::Tensor& copy_into(const char* op, at::Tensor& out, const at::Tensor& result, const at::Tensor& like,
+                      const char* like_name) {
+  check_defined(op, out, "out");
+  TORCH_CHECK(out.device() == like.device(), op, ": out: expected device ", like.device(), " (same as ",
+              like_name, "), got ", out.device());
+  core_check(op, [&] {
+    tierkit::checks::same_dtype("out", dtype_name(out.scalar_type()), like_name,
+                                dtype_name(like.scalar_type()));
+  });
+  if (out.sym_sizes() != result.sym_sizes()) {
+    TORCH_CHECK(out.sym_numel() == 0, op, ": out: expected shape ", result.sym_sizes(), " (same as ",
+                like_name, "), got ", out.sym_sizes());
+    out.resize__symint(result.sym_sizes());
+  }
+  out.copy_(result);
+  return out;
+}
+
+at::Tensor& custom_add_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  static const auto h = functional<Binary>("tierkit::custom_add");
+  return copy_into("tierkit::custom_add.out", out, h.call(a, b), a, "a");
+}
+at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  static const auto h = functional<Binary>("tierkit::mul");
+  return copy_into("tierkit::mul.out", out, h.call(a, b), a, "a");
+}
+at::Tensor& scale_shift_out(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
+  static const auto h = functional<at::Tensor(const at::Tensor&, double, double)>("tierkit::scale_shift");
+  return copy_into("tierkit::scale_shift.out", out, h.call(x, alpha, beta), x, "x");
+}
+at::Tensor& muladd_out(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
+  static const auto h =
+      functional<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("tierkit::muladd");
+  return copy_into("tierkit::muladd.out", out, h.call(a, b, c), a, "a");
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(tierkit, CompositeImplicitAutograd, m) {
+  m.impl("custom_add.out", &custom_add_out);
+  m.impl("mul.out", &mul_out);
+  m.impl("scale_shift.out", &scale_shift_out);
+  m.impl("muladd.out", &muladd_out);
+}
+
+}  // namespace tierkit_torch

@@ -1,0 +1,148 @@
+"""Deploying a model that calls tierkit ops: torch.export -> AOTInductor
+package (.pt2) -> run it in a fresh Python process, and from a C++ program
+with no Python (examples/aoti-runner), bit for bit equal to eager."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import tierkit_torch
+import torch
+from tensor_files import read_tensors, write_tensors
+
+ops = torch.ops.tierkit
+RUNNER = Path(__file__).resolve().parents[1] / "examples" / "aoti-runner"
+
+
+class Model(torch.nn.Module):
+    """Every functional tierkit op, in one graph."""
+
+    def forward(self, x, y):
+        h = ops.custom_add(x, y)
+        h = ops.mul(h, y)
+        h = ops.scale_shift(h, 1.5, -0.25)
+        return ops.muladd(h, x, 0.5)
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    """The packaged model (dynamic batch dim), its inputs at another batch size, and eager's output."""
+    tmp = tmp_path_factory.mktemp("aoti")
+    gen = torch.Generator().manual_seed(0)
+    example = (torch.randn(4, 16, generator=gen), torch.randn(4, 16, generator=gen))
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    exported = torch.export.export(Model(), example, dynamic_shapes={"x": {0: batch}, "y": {0: batch}})
+    path = torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp / "model.pt2"))
+    inputs = (torch.randn(37, 16, generator=gen), torch.randn(37, 16, generator=gen))
+    write_tensors(tmp / "inputs.bin", inputs)
+    return Path(path), tmp, Model()(*inputs)
+
+
+LOAD_AND_RUN = textwrap.dedent("""
+    import sys, torch
+    {imports}
+    sys.path.insert(0, {tests!r})
+    from tensor_files import read_tensors, write_tensors
+    from pathlib import Path
+    model = torch._inductor.aoti_load_package(sys.argv[1])
+    write_tensors(Path(sys.argv[3]), [model(*read_tensors(Path(sys.argv[2])))])
+""")
+
+
+def run_python(package_path: Path, tmp: Path, imports: str):
+    code = LOAD_AND_RUN.format(imports=imports, tests=str(Path(__file__).parent))
+    return subprocess.run(
+        [sys.executable, "-c", code, str(package_path), str(tmp / "inputs.bin"), str(tmp / "py_out.bin")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_package_runs_in_a_fresh_python_process_bit_equal_to_eager(package):
+    path, tmp, eager = package
+    proc = run_python(path, tmp, "import tierkit_torch")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (got,) = read_tensors(tmp / "py_out.bin")
+    assert got.shape == eager.shape == (37, 16)
+    assert torch.equal(got, eager)
+
+
+def test_without_the_operator_library_the_error_names_it(package):
+    path, tmp, _ = package
+    proc = run_python(path, tmp, "")
+    assert proc.returncode != 0
+    # torch's own words; `tierkit doctor explain` recognises them (tools tier, test_explain.py)
+    assert "Could not find schema for tierkit::" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    if not (shutil.which("cmake") and shutil.which("ninja")):
+        pytest.skip("cmake and ninja build the C++ runner")
+    build = tmp_path_factory.mktemp("runner-build")
+    torch_root = os.path.dirname(torch.__file__)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(RUNNER),
+            "-B",
+            str(build),
+            "-G",
+            "Ninja",
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DTORCH_ROOT={torch_root}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(["cmake", "--build", str(build)], check=True, capture_output=True)
+    return build / "aoti_runner"
+
+
+def test_cpp_runner_without_python_bit_equal_to_eager(package, runner):
+    path, tmp, eager = package
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    proc = subprocess.run(
+        [
+            str(runner),
+            tierkit_torch.library_path(),
+            str(path),
+            str(tmp / "inputs.bin"),
+            str(tmp / "cpp_out.bin"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (got,) = read_tensors(tmp / "cpp_out.bin")
+    assert torch.equal(got, eager)
+    maps = subprocess.run(["ldd", str(runner)], capture_output=True, text=True).stdout
+    assert "libpython" not in maps and "torch_python" not in maps
+
+
+def test_cpp_runner_without_the_operator_library_fails_clearly(package, runner):
+    path, tmp, _ = package
+    proc = subprocess.run(
+        [str(runner), str(path), str(tmp / "inputs.bin"), str(tmp / "none.bin")],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode == 2:  # usage: only three arguments; pass an unrelated library instead
+        libc10 = str(Path(torch.__file__).parent / "lib" / "libc10.so")
+        proc = subprocess.run(
+            [str(runner), libc10, str(path), str(tmp / "inputs.bin"), str(tmp / "none.bin")],
+            capture_output=True,
+            text=True,
+        )
+    assert proc.returncode == 1
+    assert "tierkit::" in proc.stderr, proc.stderr[-2000:]
