@@ -41,9 +41,12 @@ if SANITIZE:
     macros.append(("TIERKIT_SANITIZE_BUILD", None))
 
 
+BUILD = runpy.run_path(str(HERE / "src" / "tierkit_torch" / "build_facts.py"))
+python_free, remove_stale_python_modules = BUILD["python_free"], BUILD["remove_stale_python_modules"]
+
+
 def build_info() -> str:
-    facts = runpy.run_path(str(HERE / "src" / "tierkit_torch" / "build_facts.py"))
-    return facts["torch_facts"](torch, SANITIZE=SANITIZE, BUILD_MODE="aot")
+    return BUILD["torch_facts"](torch, SANITIZE=SANITIZE, BUILD_MODE="aot")
 
 
 class BuildPyWithSources(build_py):
@@ -58,18 +61,7 @@ class BuildPyWithSources(build_py):
         (pkg / "_build_info.py").write_text(build_info())
 
 
-# Earlier releases built a Python module `_C` here; an in-place rebuild must
-# not ship that stale file beside the new library.
-for stale in HERE.glob("build/**/tierkit_torch/_C*.so"):
-    stale.unlink()
-
-
-def python_free(ext):
-    """CppExtension links libtorch_python (torch's Python bindings) by default;
-    the operator library needs only libtorch, so a C++ program can load it."""
-    ext.libraries = [lib for lib in ext.libraries if lib != "torch_python"]
-    return ext
-
+remove_stale_python_modules(HERE, "tierkit_torch")
 
 setup(
     ext_modules=[

@@ -53,7 +53,7 @@ if not CUDA_HOME or not nvcc.exists():
 
 import tierkit_core  # noqa: E402  (core's headers: dtypes, checks)
 import tierkit_torch  # noqa: E402  (for its shared checks header)
-from tierkit_torch.build_facts import torch_facts  # noqa: E402
+from tierkit_torch.build_facts import python_free, remove_stale_python_modules, torch_facts  # noqa: E402
 
 
 def build_info() -> str:
@@ -66,17 +66,7 @@ class BuildPyWithInfo(build_py):
         (Path(self.build_lib) / "tierkit_cuda" / "_build_info.py").write_text(build_info())
 
 
-# Earlier releases built a Python module `_C` here; an in-place rebuild must
-# not ship that stale file beside the new library.
-for stale in HERE.glob("build/**/tierkit_cuda/_C*.so"):
-    stale.unlink()
-
-
-def python_free(ext):
-    """CUDAExtension links libtorch_python by default; the kernels need only libtorch."""
-    ext.libraries = [lib for lib in ext.libraries if lib != "torch_python"]
-    return ext
-
+remove_stale_python_modules(HERE, "tierkit_cuda")
 
 setup(
     ext_modules=[

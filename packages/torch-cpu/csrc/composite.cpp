@@ -20,22 +20,9 @@ c10::TypedOperatorHandle<Sig> functional(const char* name) {
 
 using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
 
-// prepare_out's rules, on symbolic sizes (this kernel runs while tracing
-// with dynamic shapes, where comparisons become guards).
 at::Tensor& copy_into(const char* op, at::Tensor& out, const at::Tensor& result, const at::Tensor& like,
                       const char* like_name) {
-  check_defined(op, out, "out");
-  TORCH_CHECK(out.device() == like.device(), op, ": out: expected device ", like.device(), " (same as ",
-              like_name, "), got ", out.device());
-  core_check(op, [&] {
-    tierkit::checks::same_dtype("out", dtype_name(out.scalar_type()), like_name,
-                                dtype_name(like.scalar_type()));
-  });
-  if (out.sym_sizes() != result.sym_sizes()) {
-    TORCH_CHECK(out.sym_numel() == 0, op, ": out: expected shape ", result.sym_sizes(), " (same as ",
-                like_name, "), got ", out.sym_sizes());
-    out.resize__symint(result.sym_sizes());
-  }
+  prepare_out(op, out, like, like_name);
   out.copy_(result);
   return out;
 }

@@ -112,10 +112,13 @@ inline void prepare_out(const char* op, const at::Tensor& out, const at::Tensor&
     tierkit::checks::same_dtype("out", dtype_name(out.scalar_type()), like_name,
                                 dtype_name(like.scalar_type()));
   });
-  if (out.numel() == 0 && out.sizes() != like.sizes()) out.resize_(like.sizes());
-  core_check(op, [&] {
-    tierkit::checks::same_shape("out", out.sizes(), like_name, like.sizes(), tierkit::ShapeStyle::List);
-  });
+  // Symbolic sizes: this also runs while torch.compile traces the .out
+  // overloads' decomposition with dynamic shapes, where comparisons are guards.
+  if (out.sym_sizes() != like.sym_sizes()) {
+    TORCH_CHECK(out.sym_numel() == 0, op, ": out: expected shape ", like.sym_sizes(), " (same as ", like_name,
+                "), got ", out.sym_sizes());
+    out.resize__symint(like.sym_sizes());
+  }
 }
 
 // Every check add_out needs, for the kernels of any device.
