@@ -65,7 +65,6 @@ TIERS: dict[str, Tier] = {
                     "--ignore-glob=*test_compile.py",
                     "--ignore-glob=*test_jit.py",
                     "--ignore-glob=*test_deploy.py",  # AOTInductor compiles a model .so, cmake a runner
-                    "--ignore-glob=*test_distributed.py",  # spawned workers would not inherit the preload sanely
                 ),
             ),
         ),
