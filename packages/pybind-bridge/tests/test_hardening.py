@@ -208,3 +208,15 @@ def test_out_torch_tensor_bumps_its_version_for_autograd():
     out = np.empty(3, np.float32)
     tb.add(np.ones(3, np.float32), np.ones(3, np.float32), out=out)
     np.testing.assert_array_equal(out, [2, 2, 2])
+
+
+def test_absurd_sizes_and_strides_are_clear_errors_not_overflow():
+    with pytest.raises(ValueError, match="overflows int64"):
+        tb.Buffer.empty((0, 1 << 62, 1 << 62))  # no memory, but its strides do not fit
+    with pytest.raises(MemoryError, match="too large to allocate"):
+        tb.Buffer.empty((1 << 62, 1 << 62))
+    from numpy.lib.stride_tricks import as_strided
+
+    x = as_strided(np.zeros(4, np.float32), shape=(3, 3), strides=(1 << 61, 1 << 61))
+    with pytest.raises(ValueError, match="x: strides: .* overflows int64"):
+        tb.scale_shift(x, 2.0, 1.0)

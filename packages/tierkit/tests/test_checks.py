@@ -162,6 +162,32 @@ def test_tier_not_installed_is_a_warning(monkeypatch):
     monkeypatch.setattr(tiers.importlib.metadata, "version", missing)
     (check,) = tiers.tier_checks(tiers.TIERS[1], TORCH_13)
     assert check.status == Status.WARN and "packages/pybind-bridge" in check.fix
+    # The advice is the command that works: tierkit-core is on no index, so the
+    # bridge must be built without isolation after core is installed.
+    assert "pip install --no-build-isolation packages/pybind-bridge" in check.fix
+    assert check.fix.index("packages/cpp-core") < check.fix.index("packages/pybind-bridge")
+    (cuda,) = tiers.tier_checks(tiers.TIERS[3], TORCH_13)
+    assert "separate command" in cuda.fix and "--no-build-isolation packages/torch-cuda" in cuda.fix
+
+
+def test_doctor_says_which_environment_it_examines():
+    env = by_name(toolchain.python_checks())["environment"]
+    assert sys.prefix in env.value and "runs in" in env.value
+
+
+def test_without_torch_nvcc_is_not_called_a_cpu_build_mismatch(fake_toolkit, monkeypatch):
+    monkeypatch.setenv("CUDA_HOME", str(fake_toolkit("13.0")))
+    checks = torch_cuda.cuda_checks(None)  # torch not importable
+    assert not any("CPU-only" in c.value for c in checks)
+    assert by_name(checks)["nvcc"].status == Status.OK
+
+
+def test_cuda_home_is_reported_once(fake_bin, monkeypatch):
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    fake_bin("nvcc", 'exec /nonexistent/nvcc "$@"')
+    names = [c.name for c in torch_cuda.cuda_checks(TORCH_13)]
+    assert names.count("CUDA_HOME") <= 1, names
 
 
 def test_installed_core_imports():

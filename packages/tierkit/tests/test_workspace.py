@@ -59,3 +59,46 @@ def test_tier_table_is_complete():
         "print(all((ROOT / t.path / 'pyproject.toml').exists() for t in TIERS.values()), sorted(TIERS))"
     )
     assert out.startswith("True")
+
+
+BOOTSTRAP = ROOT / ".nox" / "_bootstrap" / "bin" / "python"
+
+RECORD_SESSION = """
+import sys
+sys.argv = ["nox"]
+sys.path.insert(0, {root!r})
+import noxfile
+
+class Recorder:
+    posargs = []
+    calls = []
+    def run(self, *args, **kwargs):
+        self.calls.append([str(a) for a in args])
+    def log(self, *a): pass
+    def warn(self, *a): pass
+    def error(self, *a): raise SystemExit(a)
+
+session = Recorder()
+noxfile.run_tier_tests(session, "core", "-R", "Kernels")
+ctest = [c for c in session.calls if c[0] == "ctest"]
+print(ctest[0][-2:])
+"""
+
+
+def test_tests_core_passes_its_arguments_to_ctest():
+    # `bash ci/nox.sh -s tests-core -- -R Kernels` once ran all 88 tests silently.
+    import pytest
+
+    if not BOOTSTRAP.exists():
+        pytest.skip("nox's bootstrap venv (made by ci/nox.sh) is not here")
+    out = (
+        subprocess.run(
+            [str(BOOTSTRAP), "-c", RECORD_SESSION.format(root=str(ROOT))],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+    assert out == "['-R', 'Kernels']"
