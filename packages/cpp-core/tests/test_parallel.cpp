@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,3 +135,32 @@ TEST(ThreadPool, SurvivesFork) {
     EXPECT_EQ(sum(), 1 << 20);  // the parent's pool still works
   }
 }
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// A worker the system refuses to create makes a smaller pool, not a
+// std::terminate. In a child process, address space is capped so thread
+// stacks (8 MiB each) run out after a few; the pool must still work.
+TEST(ThreadPool, RefusedThreadsMeanFewerWorkers) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(20);
+    rlimit limit{};
+    getrlimit(RLIMIT_AS, &limit);
+    std::ifstream statm("/proc/self/statm");
+    std::size_t pages = 0;
+    statm >> pages;
+    limit.rlim_cur = pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + (64u << 20);
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+    ThreadPool pool(512);  // far more than 64 MiB of stacks
+    std::atomic<std::int64_t> total{0};
+    pool.parallel_for(0, 1 << 16, 1, [&](std::int64_t lo, std::int64_t hi) { total += hi - lo; });
+    const bool fewer = pool.size() < 512 && pool.size() >= 1;
+    _exit(fewer && total.load() == (1 << 16) ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child died with signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+#endif
