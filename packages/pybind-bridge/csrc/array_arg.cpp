@@ -119,7 +119,11 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
   const auto item = static_cast<std::int64_t>(tierkit::dtype_size(dtype));
   if (!empty) {  // the byte extent must be addressable too, not just the element count
     const std::int64_t extent = tierkit::checked_add(hi - lo, 1, "strides");
-    tierkit::checked_mul(extent, item, (std::string(name) + ": strides").c_str());
+    std::int64_t bytes = 0;
+    if (__builtin_mul_overflow(extent, item, &bytes)) {
+      throw py::value_error(std::string(name) + ": strides: " + std::to_string(extent) + " * " +
+                            std::to_string(item) + " overflows int64");
+    }
   }
   ArrayArg arg;
   arg.view_ = tierkit::TensorView(static_cast<char*>(first) + lo * item, empty ? 0 : hi - lo + 1, dtype,

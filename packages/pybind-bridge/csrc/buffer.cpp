@@ -35,7 +35,7 @@ Buffer Buffer::empty(const Shape& shape, DType dtype, bool cached) {
   std::size_t nbytes = tierkit::dtype_size(dtype);
   bool overflow = false;
   for (std::int64_t s : shape) {
-    tierkit::check(s >= 0, "shape: expected non-negative sizes, got ", shape.str());
+    if (s < 0) tierkit::fail("shape: expected non-negative sizes, got ", shape.str());
     if (s == 0) return empty_of(shape, dtype);  // no memory, however large the other sizes
     overflow = overflow || __builtin_mul_overflow(nbytes, static_cast<std::size_t>(s), &nbytes);
   }

@@ -18,8 +18,8 @@ namespace tierkit::checks {
 
 // `name` holds a dtype the kernels accept.
 inline void accepted_dtype(const char* name, DType got) {
-  check<DTypeError>(is_accepted(got), name, ": expected dtype ", accepted_dtype_names(), ", got ",
-                    dtype_name(got));
+  if (!is_accepted(got))
+    fail<DTypeError>(name, ": expected dtype ", accepted_dtype_names(), ", got ", dtype_name(got));
 }
 // Same, for a dtype core does not know at all (spelled by the caller).
 [[noreturn]] inline void unknown_dtype(const char* name, std::string_view got) {
@@ -42,8 +42,10 @@ void same_shape(const char* name, const Sizes& got, const char* ref_name, const 
                 ShapeStyle style = ShapeStyle::Tuple) {
   bool equal = got.size() == expected.size();
   for (std::size_t i = 0; equal && i < got.size(); ++i) equal = got[i] == expected[i];
-  check(equal, name, ": expected shape ", shape_str(expected, style), " (same as ", ref_name, "), got ",
-        shape_str(got, style));
+  if (!equal) {
+    fail(name, ": expected shape ", shape_str(expected, style), " (same as ", ref_name, "), got ",
+         shape_str(got, style));
+  }
 }
 
 // The byte range [lo, hi) a view can touch; empty views touch nothing.

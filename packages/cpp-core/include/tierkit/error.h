@@ -50,9 +50,18 @@ std::string concat(const Parts&... parts) {
 }  // namespace detail
 
 // Throws E with the parts streamed together when `condition` is false.
+// Its arguments are evaluated even when the check passes: pass only cheap
+// parts (numbers, literals). A message part that costs something (a shape
+// spelled out, a list of names) goes through `if (!ok) fail(...)`, which
+// builds it only on the error path — these checks run on every call.
 template <typename E = InvalidArgument, typename... Parts>
 void check(bool condition, const Parts&... parts) {
   if (!condition) throw E(detail::concat(parts...));
+}
+
+template <typename E = InvalidArgument, typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  throw E(detail::concat(parts...));
 }
 
 }  // namespace tierkit

@@ -140,18 +140,22 @@ class TensorView {
   TensorView(void* base, std::int64_t capacity, DType dtype, Shape shape, Shape strides,
              std::int64_t offset = 0)
       : base_(base), dtype_(dtype), shape_(shape), strides_(strides), offset_(offset) {
-    check(shape.rank() == strides.rank(), "strides: expected rank ", shape.rank(), " to match shape ",
-          shape.str(), ", got rank ", strides.rank());
+    if (shape.rank() != strides.rank()) {
+      fail("strides: expected rank ", shape.rank(), " to match shape ", shape.str(), ", got rank ",
+           strides.rank());
+    }
     for (int i = 0; i < shape.rank(); ++i)
-      check(shape[i] >= 0, "shape: expected non-negative sizes, got ", shape.str());
+      if (shape[i] < 0) fail("shape: expected non-negative sizes, got ", shape.str());
     check(capacity >= 0, "capacity: expected >= 0, got ", capacity);
     check(offset >= 0, "offset: expected >= 0, got ", offset);
     if (numel() == 0) return;  // addresses nothing; any strides are fine
     check(base != nullptr, "data: expected non-null pointer for ", numel(), " elements");
     const Reach r = reach(shape, strides);
     const std::int64_t lo = checked_add(offset, r.lo, "offset"), hi = checked_add(offset, r.hi, "offset");
-    check(lo >= 0 && hi < capacity, "view: shape ", shape.str(), " strides ", strides.str(), " offset ",
-          offset, " reaches elements [", lo, ", ", hi, "] outside the ", capacity, " available");
+    if (lo < 0 || hi >= capacity) {
+      fail("view: shape ", shape.str(), " strides ", strides.str(), " offset ", offset, " reaches elements [",
+           lo, ", ", hi, "] outside the ", capacity, " available");
+    }
   }
 
   // A C-contiguous view over the first shape.numel() elements.
