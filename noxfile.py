@@ -16,7 +16,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ci"))
 
-from nox_support import sanitizers
+from nox_support import sanitizers, wheels
 from nox_support.ctest import run_core_ctest
 from nox_support.env import (
     BUILD_DIR,
@@ -60,6 +60,10 @@ def run_tier_tests(session: nox.Session, name: str, *args: str) -> None:
         py = env_with(session, with_deps(name))
         session.run(py, "-m", "pytest", "-q", str(ROOT / tier.path / "tests/python"), external=True)
         return
+    if tier.kind == "stable-abi":
+        py = shared_env(session, *requirements_for(with_deps(name)))
+        wheels.test_wheel_on_two_torches(session, py, name, args)
+        return
     py = env_with(session, with_deps(name))
     jit_dir = {"TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")}
     session.run(
@@ -78,10 +82,13 @@ def _tier_session(name: str) -> None:
     def _tests(session: nox.Session) -> None:
         run_tier_tests(session, name, *session.posargs)
 
-    kind = (
-        "CTest (extra arguments go to ctest, e.g. -- -R Kernels)" if TIERS[name].kind == "ctest" else "pytest"
+    kinds = {
+        "ctest": "CTest (extra arguments go to ctest, e.g. -- -R Kernels)",
+        "stable-abi": "pytest under torch 2.14.1 and 2.13.0, from one wheel built once",
+    }
+    _tests.__doc__ = (
+        f"Install {TIERS[name].path} and what it needs, run its {kinds.get(TIERS[name].kind, 'pytest')}."
     )
-    _tests.__doc__ = f"Install {TIERS[name].path} and what it needs, run its {kind}."
 
 
 for _name in TIERS:
@@ -138,17 +145,25 @@ def sanitize(session: nox.Session) -> None:
 
 @nox.session
 def build(session: nox.Session) -> None:
-    """Wheels for every tier, in dependency order, into dist/."""
+    """Every tier from its sdist, in dependency order, into dist/; each wheel
+    smoke-tested alone in a fresh venv; core, bridge and tools also built with
+    build isolation, their build requirements taken only from dist/.
+
+    The wheels are installed into .nox/_env too, so sessions run after this
+    one (tests, lint) reuse them instead of compiling the tiers again."""
     names = [name for name in TIERS if runnable(session, name)]
     py = shared_env(session, *requirements_for(names))
     DIST_DIR.mkdir(exist_ok=True)
     for name in names:
-        session.run(
-            py, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(DIST_DIR),
-            str(ROOT / TIERS[name].path), external=True, env=BUILD_ENV,
-        )  # fmt: skip
-        install_tiers(session, py, [name])
-    session.log("wheels: " + ", ".join(sorted(p.name for p in DIST_DIR.glob("*.whl"))))
+        session.log(f"==== {name}: sdist, then the wheel from the sdist")
+        wheel = wheels.build_from_sdist(session, py, name)
+        wheels.install_wheel(session, py, name, wheel)
+        wheels.smoke_test(session, py, name)
+        if TIERS[name].public_build_requires:
+            wheels.isolated_build(session, py, name)
+    for path in sorted(DIST_DIR.glob("*")):
+        if path.is_file():
+            session.log(f"{path.name}: {path.stat().st_size / 1e6:.2f} MB")
 
 
 @nox.session

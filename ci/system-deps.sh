@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages tierkit builds need, when missing: a C++17
-# compiler, CMake, Ninja and GoogleTest. As root it uses apt-get; otherwise it
-# names the packages to install and fails.
+# compiler, CMake, Ninja, GoogleTest, and venv + the C headers (Python.h) of
+# the python3 in use (the bridge and torch tiers compile against them). As
+# root it uses apt-get; otherwise it names the packages to install and fails.
 set -euo pipefail
 
 missing=()
@@ -10,6 +11,19 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v ninja >/dev/null || missing+=(ninja-build)
 [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# Python.h where this interpreter's build expects it (sysconfig), e.g.
+# /usr/include/python3.11 for Debian's python3, <prefix>/include/... for pyenv.
+py_include=$(python3 -c 'import sysconfig; print(sysconfig.get_path("include"))')
+if [ ! -f "$py_include/Python.h" ]; then
+  case "$(command -v python3)" in
+    /usr/bin/*) missing+=(python3-dev) ;;
+    *)
+      echo "tierkit: $py_include/Python.h is missing: $(command -v python3) was installed without its" >&2
+      echo "tierkit: C headers; reinstall that Python with them (pyenv/conda/python.org builds include them)." >&2
+      exit 1
+      ;;
+  esac
+fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

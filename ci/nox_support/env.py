@@ -43,42 +43,48 @@ def has_cuda_toolkit() -> bool:
     return Path(BUILD_ENV.get("CUDA_HOME", "/nonexistent"), "bin", "nvcc").exists()
 
 
-def python() -> str:
-    return str(ENV_DIR / "bin" / "python")
+def python(env_dir: Path = ENV_DIR) -> str:
+    return str(env_dir / "bin" / "python")
 
 
-def shared_env(session: nox.Session, *requirement_files: str) -> str:
-    """Create/refresh .nox/_env with the given requirement files; return its python."""
+def shared_env(session: nox.Session, *requirement_files: str, env_dir: Path = ENV_DIR) -> str:
+    """Create/refresh a venv (.nox/_env unless told) with the given requirement
+    files; return its python."""
     files = sorted(set(requirement_files))
     digest = hashlib.sha256()
     for name in files:
         digest.update(name.encode())
         digest.update((ROOT / name).read_bytes())
-    stamp = STAMPS / digest.hexdigest()
-    if not (ENV_DIR / "bin" / "python").exists():
-        session.run(BASE_PYTHON, "-m", "venv", str(ENV_DIR), external=True)
-        session.run(python(), "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
+    stamp = env_dir / ".tierkit-stamps" / digest.hexdigest()
+    py = python(env_dir)
+    if not Path(py).exists():
+        session.run(BASE_PYTHON, "-m", "venv", str(env_dir), external=True)
+        session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
     if not stamp.exists():
         args = [arg for name in files for arg in ("-r", str(ROOT / name))]
-        session.run(python(), "-m", "pip", "install", "-q", *args, external=True)
-        STAMPS.mkdir(parents=True, exist_ok=True)
+        session.run(py, "-m", "pip", "install", "-q", *args, external=True)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.touch()
-    return python()
+    return py
 
 
 SKIP_PARTS = {"build", "__pycache__", ".pytest_cache", "dist"}
 
 
 def tier_digest(name: str) -> str:
-    """Hash of a tier's sources and of the tiers it builds on."""
+    """Hash of a tier's sources, of the requirement files it builds with (a
+    torch bump must rebuild a library compiled against torch) and of the
+    tiers it builds on."""
     digest = hashlib.sha256()
     for dep in TIERS[name].needs:
         digest.update(tier_digest(dep).encode())
+    for requirements in TIERS[name].requirements:
+        digest.update((ROOT / requirements).read_bytes())
     root = ROOT / TIERS[name].path
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if (
-            path.is_file()
+            path.is_file()  # follows links: VERSION and LICENSE count by content
             and not SKIP_PARTS.intersection(rel.parts)
             and not any(part.endswith(".egg-info") for part in rel.parts)
         ):

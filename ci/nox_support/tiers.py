@@ -7,8 +7,46 @@ from dataclasses import dataclass
 
 BASE = "ci/requirements-base.txt"
 TORCH = "ci/requirements-torch.txt"
+TORCH_OLDEST = "ci/requirements-torch-oldest.txt"
 BENCH = "ci/requirements-bench.txt"
 LINT = "ci/requirements-lint.txt"
+
+
+# What each wheel must do alone in a fresh venv (the build session).
+SMOKE_CORE = """
+import pathlib, tierkit_core
+assert (pathlib.Path(tierkit_core.get_include()) / "tierkit" / "core.h").is_file()
+assert (pathlib.Path(tierkit_core.get_cmake_dir()) / "tierkit_coreConfig.cmake").is_file()
+print("tierkit_core", tierkit_core.__version__, "ok")
+"""
+SMOKE_BRIDGE = """
+import array, tierkit_bridge
+a = array.array("f", [1.0, 2.0, 3.0])
+assert memoryview(tierkit_bridge.add(a, a)).tolist() == [2.0, 4.0, 6.0]
+print("tierkit_bridge", tierkit_bridge.__version__, "ok")
+"""
+SMOKE_TORCH = """
+import torch, tierkit_torch
+x = torch.linspace(-2, 2, 7)
+torch.testing.assert_close(torch.ops.tierkit.scale_shift(x, 1.5, -0.25), x * 1.5 - 0.25, rtol=0, atol=0)
+print("tierkit_torch", tierkit_torch.__version__, "on torch", torch.__version__, "ok")
+"""
+SMOKE_CUDA = """
+import torch, tierkit_cuda
+assert torch._C._dispatch_has_kernel_for_dispatch_key("tierkit::custom_add", "CUDA")
+print("tierkit_cuda", tierkit_cuda.__version__, "on torch", torch.__version__, "ok")
+"""
+SMOKE_STABLE = """
+import torch, tierkit_torch_stable
+x = torch.linspace(-2, 2, 7)
+torch.testing.assert_close(torch.ops.tierkit_stable.scale_shift(x, 1.5, -0.25), x * 1.5 - 0.25, rtol=0, atol=0)
+print("tierkit_torch_stable", tierkit_torch_stable.__version__, "on torch", torch.__version__, "ok")
+"""
+SMOKE_TOOLS = """
+import subprocess, sys, tierkit
+subprocess.run([sys.executable, "-m", "tierkit", "doctor", "--help"], check=True, capture_output=True)
+print("tierkit", tierkit.__version__, "ok")
+"""
 
 
 @dataclass(frozen=True)
@@ -24,18 +62,33 @@ class Sanitized:
 class Tier:
     name: str  # session suffix: tests-<name>
     path: str  # source directory
-    kind: str = "pytest"  # "pytest": pytest <path>/tests; "ctest": CMake + CTest (plus its Python check)
+    # "pytest": pytest <path>/tests; "ctest": CMake + CTest (plus its Python check);
+    # "stable-abi": one wheel, pytest under torch 2.14.1 (.nox/_env) and TORCH_OLDEST
+    kind: str = "pytest"
     needs: tuple[str, ...] = ()  # tiers installed before this one, in order
     requirements: tuple[str, ...] = (BASE,)
     cuda: bool = False  # needs a CUDA toolkit to build; skipped (with a message) without one
     bench: bool = True  # installed for the bench session
     sanitized: Sanitized | None = None
+    # The build session: Python run in a fresh venv holding only the tier's
+    # wheel and what it declares; whether that venv needs torch (linked, not
+    # installed); the public build backends for an isolated build (empty: the
+    # tier builds only with --no-build-isolation, against the torch it runs on).
+    smoke: str = ""
+    runtime_torch: bool = False
+    public_build_requires: tuple[str, ...] = ()
 
 
 TIERS: dict[str, Tier] = {
     t.name: t
     for t in [
-        Tier("core", "packages/cpp-core", kind="ctest"),
+        Tier(
+            "core",
+            "packages/cpp-core",
+            kind="ctest",
+            smoke=SMOKE_CORE,
+            public_build_requires=("scikit-build-core>=1.1",),
+        ),
         # torch is optional for the bridge; with it, the DLPack round trips run too.
         Tier(
             "bridge",
@@ -49,6 +102,8 @@ TIERS: dict[str, Tier] = {
                 ),
                 canary="import tierkit_bridge._bridge as b; b._asan_canary()",
             ),
+            smoke=SMOKE_BRIDGE,
+            public_build_requires=("scikit-build-core>=1.1", "pybind11>=3.0"),
         ),
         Tier(
             "torch",
@@ -67,10 +122,35 @@ TIERS: dict[str, Tier] = {
                     "--ignore-glob=*test_deploy.py",  # AOTInductor compiles a model .so, cmake a runner
                 ),
             ),
+            smoke=SMOKE_TORCH,
+            runtime_torch=True,
         ),
-        Tier("cuda", "packages/torch-cuda", needs=("core", "torch"), requirements=(BASE, TORCH), cuda=True),
+        Tier(
+            "cuda",
+            "packages/torch-cuda",
+            needs=("core", "torch"),
+            requirements=(BASE, TORCH),
+            cuda=True,
+            smoke=SMOKE_CUDA,
+            runtime_torch=True,
+        ),
+        Tier(
+            "stable",
+            "packages/torch-stable",
+            kind="stable-abi",
+            needs=("core",),
+            requirements=(BASE, TORCH),
+            smoke=SMOKE_STABLE,
+            runtime_torch=True,
+        ),
         # Pure Python; imports whichever tiers are installed, lazily.
-        Tier("tools", "packages/tierkit", requirements=(BASE, TORCH, BENCH)),
+        Tier(
+            "tools",
+            "packages/tierkit",
+            requirements=(BASE, TORCH, BENCH),
+            smoke=SMOKE_TOOLS,
+            public_build_requires=("hatchling>=1.27",),
+        ),
     ]
 }
 

@@ -13,7 +13,6 @@ Environment knobs: MAX_JOBS (parallel compile jobs), TIERKIT_SANITIZE
 from __future__ import annotations
 
 import os
-import runpy
 import shutil
 from pathlib import Path
 
@@ -21,6 +20,13 @@ import tierkit_core
 import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from tierkit_core.torch_build import (
+    python_free,
+    remove_stale_python_modules,
+    tier_version,
+    torch_facts,
+    torch_requirement,
+)
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = Path(__file__).resolve().parent
@@ -30,7 +36,7 @@ SANITIZE = os.environ.get("TIERKIT_SANITIZE", "")
 # `#pragma omp parallel` compiled into *this* library; without the flag it
 # silently runs on one thread (measured: add_out at 1.6e7 took 13.5 ms with
 # 1 or 2 torch threads alike). libgomp.so.1 resolves to the copy torch loads.
-compile_args = ["-O3", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+compile_args = ["-O3", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter", *tierkit_core.cxx_flags()]
 link_args: list[str] = ["-fopenmp"]
 macros: list[tuple[str, str | None]] = []
 if SANITIZE:
@@ -41,12 +47,11 @@ if SANITIZE:
     macros.append(("TIERKIT_SANITIZE_BUILD", None))
 
 
-BUILD = runpy.run_path(str(HERE / "src" / "tierkit_torch" / "build_facts.py"))
-python_free, remove_stale_python_modules = BUILD["python_free"], BUILD["remove_stale_python_modules"]
+VERSION = tier_version(HERE)
 
 
 def build_info() -> str:
-    return BUILD["torch_facts"](torch, SANITIZE=SANITIZE, BUILD_MODE="aot")
+    return torch_facts(torch, SANITIZE=SANITIZE, BUILD_MODE="aot")
 
 
 class BuildPyWithSources(build_py):
@@ -64,6 +69,8 @@ class BuildPyWithSources(build_py):
 remove_stale_python_modules(HERE, "tierkit_torch")
 
 setup(
+    # The torch release compiled against, exactly; core for JIT builds' headers.
+    install_requires=[torch_requirement(torch), f"tierkit-core=={VERSION}"],
     ext_modules=[
         python_free(
             CppExtension(

@@ -53,7 +53,15 @@ if not CUDA_HOME or not nvcc.exists():
 
 import tierkit_core  # noqa: E402  (core's headers: dtypes, checks)
 import tierkit_torch  # noqa: E402  (for its shared checks header)
-from tierkit_torch.build_facts import python_free, remove_stale_python_modules, torch_facts  # noqa: E402
+from tierkit_core.torch_build import (  # noqa: E402
+    python_free,
+    remove_stale_python_modules,
+    tier_version,
+    torch_facts,
+    torch_requirement,
+)
+
+VERSION = tier_version(HERE)
 
 
 def build_info() -> str:
@@ -69,13 +77,20 @@ class BuildPyWithInfo(build_py):
 remove_stale_python_modules(HERE, "tierkit_cuda")
 
 setup(
+    # The torch release compiled against, exactly; the schemas' tier of the same version.
+    install_requires=[torch_requirement(torch), f"tierkit-torch=={VERSION}", f"tierkit-core=={VERSION}"],
     ext_modules=[
         python_free(
             CUDAExtension(
                 "tierkit_cuda.libtierkit_cuda_ops",
                 ["csrc/ops.cpp", "csrc/timing.cpp", "csrc/kernels.cu"],
                 include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
-                extra_compile_args={"cxx": ["-O3", "-Wall"], "nvcc": ["-O3"]},
+                # No FMA contraction anywhere: results must be bit-identical to
+                # eager torch and to the CPU tiers (tests-cuda checks the SASS).
+                extra_compile_args={
+                    "cxx": ["-O3", "-Wall", *tierkit_core.cxx_flags()],
+                    "nvcc": ["-O3", "--fmad=false"],
+                },
             )
         )
     ],

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-SECTIONS = {"stream", "kernels", "boundary", "dispatch", "exports", "gil", "allocation", "gpu"}
-NEEDS = ("numpy", "torch", "tierkit_bridge", "tierkit_torch")
+SECTIONS = {"stream", "kernels", "boundary", "dispatch", "exports", "gil", "allocation", "gpu", "stable_abi"}
+NEEDS = ("numpy", "torch", "tierkit_bridge", "tierkit_torch", "tierkit_torch_stable")
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def quick_run(tmp_path_factory):
 
 def test_progress_is_reported(quick_run):
     _, proc = quick_run
-    assert "(1/8) stream" in proc.stderr and "(8/8) gpu" in proc.stderr
+    assert "(1/9) stream" in proc.stderr and "(9/9) stable_abi" in proc.stderr
 
 
 def test_json_schema(quick_run):
@@ -54,7 +54,7 @@ def test_json_schema(quick_run):
 def test_every_target_is_reported(quick_run):
     out, _ = quick_run
     results = json.loads((out / "results.json").read_text())
-    assert len(results["targets"]) == 10
+    assert len(results["targets"]) == 12
     for t in results["targets"]:
         assert set(t) == {"target", "threshold", "measured", "met", "detail"}
         assert t["met"] in (True, False, None)
@@ -64,7 +64,17 @@ def test_report_and_plots(quick_run):
     out, _ = quick_run
     report = (out / "report.md").read_text()
     assert "## Targets" in report and "| target | threshold | measured | met |" in report
-    for section in ("The limit", "Kernels", "The boundary", "Dispatch", "DLPack", "GIL", "Allocation", "GPU"):
+    for section in (
+        "The limit",
+        "Kernels",
+        "The boundary",
+        "Dispatch",
+        "DLPack",
+        "GIL",
+        "Allocation",
+        "GPU",
+        "Stable ABI",
+    ):
         assert section in report, section
     for png in ("kernels_gbs.png", "boundary.png", "dispatch.png"):
         data = (out / png).read_bytes()

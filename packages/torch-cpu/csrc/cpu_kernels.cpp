@@ -6,6 +6,9 @@
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
+#include <array>
+#include <tuple>
+
 #include "tierkit/huge_pages.h"
 #include "tierkit_torch/checks.h"
 #include "view.h"
@@ -23,15 +26,28 @@ at::Tensor fresh_output(std::initializer_list<const at::Tensor*> inputs) {
   return out;
 }
 
-// Core views of `tensors`, flat when they share one dense layout.
-template <std::size_t N>
-std::array<tierkit::TensorView, N> views(const std::array<const at::Tensor*, N>& tensors) {
-  std::array<tierkit::TensorView, N> v;
+// Runs `kernel(view...)` on core views of `t` (the inputs, then the output
+// last). Operands sharing one dense layout are seen as flat memory, at any
+// rank; otherwise they are walked by their strides, which core holds up to
+// kMaxRank dims, so deeper ones go through contiguous copies (rare).
+template <std::size_t N, typename Kernel>
+void run_views(std::array<at::Tensor, N> t, const Kernel& kernel) {
+  const auto each = [&](auto view_of) {
+    std::array<tierkit::TensorView, N> v;
+    for (std::size_t i = 0; i < N; ++i) v[i] = view_of(t[i]);
+    std::apply([&](const auto&... views) { kernel(views...); }, v);
+  };
   bool flat = true;
-  for (const at::Tensor* t : tensors)
-    flat = flat && t->is_non_overlapping_and_dense() && t->strides() == tensors[0]->strides();
-  for (std::size_t i = 0; i < N; ++i) v[i] = flat ? as_flat_view(*tensors[i]) : as_view(*tensors[i]);
-  return v;
+  for (const at::Tensor& x : t) flat = flat && same_dense_layout({&x, &t[0]});
+  if (flat) return each(as_flat_view);
+  at::Tensor& out = t[N - 1];
+  if (out.dim() <= tierkit::kMaxRank) return each(as_view);
+  const at::Tensor result = out;
+  for (std::size_t i = 0; i + 1 < N; ++i) t[i] = t[i].contiguous();
+  if (!out.is_contiguous())
+    out = at::empty(out.sizes(), out.options().memory_format(c10::MemoryFormat::Contiguous));
+  each(as_flat_view);
+  if (!out.is_same(result)) result.copy_(out);
 }
 
 // Binary ops: checks, then `kernel(view_a, view_b, view_out)` into `out`
@@ -49,13 +65,7 @@ at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, cons
   } else {
     result = fresh_output({&a, &b});
   }
-  const at::Tensor ca = as_core_input(a), cb = as_core_input(b);
-  if (result.dim() > tierkit::kMaxRank && !result.is_contiguous()) {  // rare: compute, then copy in
-    result.copy_(binary(op, a, b, nullptr, kernel));
-    return result;
-  }
-  const auto v = views<3>({&ca, &cb, &result});
-  kernel(v[0], v[1], v[2]);
+  run_views<3>({a, b, result}, kernel);
   return result;
 }
 
@@ -70,13 +80,9 @@ at::Tensor scale_shift_into(const at::Tensor& x, double alpha, double beta, cons
   } else {
     result = fresh_output({&x});
   }
-  const at::Tensor cx = as_core_input(x);
-  if (result.dim() > tierkit::kMaxRank && !result.is_contiguous()) {
-    result.copy_(scale_shift_into(x, alpha, beta, nullptr));
-    return result;
-  }
-  const auto v = views<2>({&cx, &result});
-  tierkit::kernels::scale_shift(v[0], alpha, beta, v[1], AtenRunner{});
+  run_views<2>({x, result}, [&](const auto& vx, const auto& vo) {
+    tierkit::kernels::scale_shift(vx, alpha, beta, vo, AtenRunner{});
+  });
   return result;
 }
 
@@ -124,13 +130,7 @@ at::Tensor& muladd_out_cpu(const at::Tensor& a, const at::Tensor& b, double c, a
 
 void add_out_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
   check_add_out(a, b, out, kCPU);
-  if (out.dim() > tierkit::kMaxRank && !out.is_contiguous()) {
-    out.copy_(custom_add_cpu(a, b));
-    return;
-  }
-  const at::Tensor ca = as_core_input(a), cb = as_core_input(b);
-  const auto v = views<3>({&ca, &cb, &out});
-  kAdd(v[0], v[1], v[2]);
+  run_views<3>({a, b, out}, kAdd);
 }
 
 }  // namespace

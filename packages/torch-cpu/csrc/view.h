@@ -27,7 +27,7 @@ static_assert(sizeof(c10::Half) == sizeof(tierkit::Half) &&
 
 // Core views hold up to kMaxRank dims; a deeper contiguous tensor is seen
 // flat (the result is the same for elementwise ops). Deeper non-contiguous
-// tensors are rare enough that the caller copies them (see as_core_input).
+// tensors are rare enough that the caller copies them (see run_views).
 inline tierkit::TensorView as_view(const at::Tensor& t) {
   tierkit::Shape shape, strides;
   if (t.dim() > tierkit::kMaxRank) {
@@ -54,11 +54,6 @@ inline tierkit::TensorView as_flat_view(const at::Tensor& t) {
   shape.push_back(t.numel());
   strides.push_back(1);
   return tierkit::TensorView(t.data_ptr(), t.numel(), to_core_dtype(t.scalar_type()), shape, strides);
-}
-
-// Inputs deeper than core's rank limit that are not contiguous get one copy.
-inline at::Tensor as_core_input(const at::Tensor& t) {
-  return t.dim() > tierkit::kMaxRank ? t.contiguous() : t;
 }
 
 // Torch's own elementwise kernels split at 32768 elements (GRAIN_SIZE):

@@ -116,3 +116,24 @@ def test_out_overloads_under_compile(gen):
     f(a, b, out)
     torch.testing.assert_close(out, (a + b) * b + C)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("op", ["custom_add", "mul", "muladd", "scale_shift", "add_out"])
+def test_beyond_core_rank_limit(op, gen):
+    # Deeper than core's 8 dims: a dense permuted tensor (once an endless
+    # recursion: the fresh output kept the layout core cannot walk), a sliced
+    # one (contiguous copies), and an out= of either kind.
+    dense = torch.randn([2] * 10, generator=gen).transpose(0, 9)
+    sliced = torch.randn([2] * 9 + [4], generator=gen)[..., ::2]
+    for a in (dense, sliced):
+        want = expected("custom_add" if op == "add_out" else op, a, a)
+        if op == "add_out":
+            out = torch.empty_like(a)
+            ops.add_out(a, a, out)
+            torch.testing.assert_close(out, want, rtol=0, atol=0)
+            continue
+        torch.testing.assert_close(call(op, a, a), want, rtol=0, atol=0)
+        args = {"scale_shift": (a, ALPHA, BETA), "muladd": (a, a, C)}.get(op, (a, a))
+        for out in (torch.empty_like(dense), torch.empty([2] * 9 + [4])[..., ::2]):
+            getattr(ops, op).out(*args, out=out)
+            torch.testing.assert_close(out, want, rtol=0, atol=0)

@@ -57,24 +57,33 @@ __device__ __forceinline__ __nv_bfloat16 from_compute<__nv_bfloat16, float>(floa
   return __float2bfloat16_rn(x);
 }
 
+// Round-to-nearest multiply and add that the compiler may not fuse into one
+// FMA: eager torch (and core on the CPU) rounds a*b and then a*b+c, an FMA
+// rounds once, and the exact-equality tests compare bits. (--fmad=false in
+// setup.py says the same for the whole file; these hold whatever the flags.)
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 // Operation functors over the compute type C; unary ones ignore `b`.
 template <typename C>
 struct AddF {
-  __device__ C operator()(C a, C b) const { return a + b; }
+  __device__ C operator()(C a, C b) const { return add_rn(a, b); }
 };
 template <typename C>
 struct MulF {
-  __device__ C operator()(C a, C b) const { return a * b; }
+  __device__ C operator()(C a, C b) const { return mul_rn(a, b); }
 };
 template <typename C>
 struct ScaleShiftF {
   C alpha, beta;
-  __device__ C operator()(C x, C) const { return alpha * x + beta; }
+  __device__ C operator()(C x, C) const { return add_rn(mul_rn(alpha, x), beta); }
 };
 template <typename C>
 struct MulAddF {
   C c;
-  __device__ C operator()(C a, C b) const { return a * b + c; }
+  __device__ C operator()(C a, C b) const { return add_rn(mul_rn(a, b), c); }
 };
 
 template <typename T, int N>

@@ -53,6 +53,12 @@ void run(const at::Tensor& a, const at::Tensor* b, const at::Tensor& out, const 
          c10::cuda::getCurrentCUDAStream(a.get_device()).stream());
 }
 
+// A deep non-contiguous result is computed into this, then copied: a fresh
+// output keeps aten's layout, which at that rank the kernels cannot walk.
+at::Tensor contiguous_like(const at::Tensor& t) {
+  return at::empty(t.sizes(), t.options().memory_format(c10::MemoryFormat::Contiguous));
+}
+
 // Checks, then `launch` into `out` (a fresh tensor laid out like aten's
 // result when `out` is null). `name` prefixes every error.
 template <typename Launch>
@@ -68,8 +74,10 @@ at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b, co
   } else {
     result = tierkit_torch::new_output({&a, &b});
   }
-  if (result.dim() > kMaxRank && !result.is_contiguous()) {  // rare: compute, then copy in
-    result.copy_(binary(name, a, b, nullptr, launch));
+  if (result.dim() > kMaxRank && !result.is_contiguous()) {  // rare: compute contiguous, then copy in
+    at::Tensor tmp = contiguous_like(result);
+    binary(name, a, b, &tmp, launch);
+    result.copy_(tmp);
     return result;
   }
   run(a, &b, result, launch);
@@ -88,7 +96,9 @@ at::Tensor scale_shift_into(const at::Tensor& x, double alpha, double beta, cons
     result = tierkit_torch::new_output({&x});
   }
   if (result.dim() > kMaxRank && !result.is_contiguous()) {
-    result.copy_(scale_shift_into(x, alpha, beta, nullptr));
+    at::Tensor tmp = contiguous_like(result);
+    scale_shift_into(x, alpha, beta, &tmp);
+    result.copy_(tmp);
     return result;
   }
   run(x, nullptr, result,

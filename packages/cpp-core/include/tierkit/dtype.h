@@ -100,6 +100,12 @@ inline float bits_float(std::uint32_t u) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+// All ones when `c`, else zero; and a select written with it. Arithmetic
+// instead of branches keeps the conversions' loops vectorizable.
+inline std::uint32_t mask(bool c) { return 0u - static_cast<std::uint32_t>(c); }
+inline std::uint32_t select(bool c, std::uint32_t if_true, std::uint32_t if_false) {
+  return (if_true & mask(c)) | (if_false & ~mask(c));
+}
 }  // namespace detail
 
 // IEEE 754 binary16, stored as its bit pattern.
@@ -115,37 +121,39 @@ struct Half {
     return h;
   }
 
+  // Branch-free (every case computed, one selected) so that loops over many
+  // elements vectorize; bit-identical to the branching form (tests/test_dtype.cpp
+  // compares them over every half and a sweep of floats).
   static std::uint16_t from_float(float f) {
     const std::uint32_t x = detail::float_bits(f);
     const std::uint32_t sign = (x >> 16) & 0x8000u;
     const std::uint32_t abs = x & 0x7fffffffu;
-    if (abs >= 0x7f800000u) {  // inf or nan: keep nan quiet and non-zero
-      return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
-    }
-    if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
-    if (abs < 0x38800000u) {
-      // Result is subnormal (or zero) in half: align the mantissa to 2^-24
-      // units using a float add, which rounds to nearest even for us.
-      const float magic = detail::bits_float(0x3f000000u);  // 0.5: ulp 2^-24
-      const float r = detail::bits_float(abs) + magic;
-      return static_cast<std::uint16_t>(sign | (detail::float_bits(r) - 0x3f000000u));
-    }
     // Normal: rebias exponent (127 -> 15) and round 13 dropped bits to even.
-    const std::uint32_t odd = (abs >> 13) & 1u;
-    const std::uint32_t rounded = abs + 0xfffu + odd - (112u << 23);
-    return static_cast<std::uint16_t>(sign | (rounded >> 13));
+    const std::uint32_t normal = (abs + 0xfffu + ((abs >> 13) & 1u) - (112u << 23)) >> 13;
+    // Subnormal (or zero) in half: align the mantissa to 2^-24 units with a
+    // float add of 0.5 (ulp 2^-24), which rounds to nearest even for us.
+    const std::uint32_t subnormal = detail::float_bits(detail::bits_float(abs) + 0.5f) - 0x3f000000u;
+    // inf stays inf; nan stays a quiet, non-zero nan.
+    const std::uint32_t inf_nan = 0x7c00u | (detail::mask(abs > 0x7f800000u) & 0x200u);
+    std::uint32_t h = detail::select(abs < 0x38800000u, subnormal, normal);
+    h = detail::select(abs >= 0x477ff000u, 0x7c00u, h);  // rounds to inf
+    h = detail::select(abs >= 0x7f800000u, inf_nan, h);
+    return static_cast<std::uint16_t>(sign | h);
   }
 
   static float to_float(std::uint16_t h) {
     const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
     const std::uint32_t exp = (h >> 10) & 0x1fu;
     const std::uint32_t man = h & 0x3ffu;
-    if (exp == 0x1f) return detail::bits_float(sign | 0x7f800000u | (man << 13));
-    if (exp == 0) {  // zero or subnormal: exact as float arithmetic
-      const float v = static_cast<float>(man) * detail::bits_float(0x33800000u);  // 2^-24
-      return sign ? -v : v;
-    }
-    return detail::bits_float(sign | ((exp + 112u) << 23) | (man << 13));
+    // Zero or subnormal: exact as float arithmetic (man * 2^-24).
+    const std::uint32_t subnormal =
+        sign | detail::float_bits(static_cast<float>(static_cast<std::int32_t>(man)) *
+                                  detail::bits_float(0x33800000u));
+    const std::uint32_t normal = sign | ((exp + 112u) << 23) | (man << 13);
+    const std::uint32_t inf_nan = sign | 0x7f800000u | (man << 13);
+    std::uint32_t f = detail::select(exp == 0, subnormal, normal);
+    f = detail::select(exp == 0x1f, inf_nan, f);
+    return detail::bits_float(f);
   }
 };
 
@@ -162,11 +170,11 @@ struct BFloat16 {
     return h;
   }
 
-  static std::uint16_t from_float(float f) {
+  static std::uint16_t from_float(float f) {  // branch-free, like Half's
     const std::uint32_t x = detail::float_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
-    const std::uint32_t odd = (x >> 16) & 1u;
-    return static_cast<std::uint16_t>((x + 0x7fffu + odd) >> 16);
+    const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet_nan = (x >> 16) | 0x40u;
+    return static_cast<std::uint16_t>(detail::select((x & 0x7fffffffu) > 0x7f800000u, quiet_nan, rounded));
   }
 };
 
@@ -192,6 +200,29 @@ inline constexpr DType dtype_of_v = dtype_of<T>::value;
 // The type arithmetic is done in: 16-bit floats compute in float.
 template <typename T>
 using compute_t = typename compute_type<T>::type;
+
+// An element read as its compute type, and a compute value stored as an
+// element. For the 16-bit floats they go through the bit patterns, not the
+// structs, so that loops over many elements vectorize (a struct copy per
+// element does not).
+template <typename T>
+inline compute_t<T> load_compute(const T* p) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return Half::to_float(p->bits);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return detail::bits_float(static_cast<std::uint32_t>(p->bits) << 16);
+  } else {
+    return static_cast<compute_t<T>>(*p);
+  }
+}
+template <typename T>
+inline void store_compute(T* p, compute_t<T> v) {
+  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+    p->bits = T::from_float(v);
+  } else {
+    *p = static_cast<T>(v);
+  }
+}
 
 // Calls fn(T{}) with the storage type T of any dtype in the table.
 template <typename Fn>

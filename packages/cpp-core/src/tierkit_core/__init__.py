@@ -6,10 +6,11 @@ tells build systems where the installed core lives.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from pathlib import Path
 
-__all__ = ["__version__", "get_cmake_dir", "get_include"]
-__version__ = "0.1.0"
+__all__ = ["__version__", "cxx_flags", "get_cmake_dir", "get_include"]
+__version__ = _metadata.version("tierkit-core")  # one source: the repository's VERSION
 
 _HERE = Path(__file__).resolve().parent
 
@@ -25,6 +26,23 @@ def _existing(path: Path, what: str) -> str:
 def get_include() -> str:
     """Directory to add to the include path; it contains ``tierkit/core.h``."""
     return _existing(_HERE / "include", "headers")
+
+
+# What every consumer must compile core's headers with; CMake consumers get the
+# same list from the tierkit::core target (CMakeLists.txt, a test keeps them equal).
+CXX_FLAGS = (
+    # `omp simd` in kernels.h vectorizes at -O2 only with it (no OpenMP runtime).
+    "-fopenmp-simd",
+    # No a*b+c -> fma contraction (GCC's default in gnu++ modes, and on hosts
+    # with FMA: aarch64, -march=native): results must be bit-identical to eager
+    # torch, which rounds the product and the sum separately.
+    "-ffp-contract=off",
+)
+
+
+def cxx_flags() -> list[str]:
+    """Compiler flags for code that includes core's headers (GCC/Clang)."""
+    return list(CXX_FLAGS)
 
 
 def get_cmake_dir() -> str:

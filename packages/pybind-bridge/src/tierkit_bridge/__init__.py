@@ -11,6 +11,7 @@ returned.
 from __future__ import annotations
 
 import sys
+from importlib import metadata as _metadata
 from typing import Any
 
 from . import _bridge
@@ -38,7 +39,7 @@ __all__ = [
     "set_num_threads",
     "vector_add_list",
 ]
-__version__ = "0.1.0"
+__version__ = _metadata.version("tierkit-bridge")  # one source: the repository's VERSION
 
 
 def _like(result: Any, template: Any) -> Any:

@@ -4,4 +4,6 @@ Pure Python; imports the tiers lazily, so it works with any of them — or
 none — installed.
 """
 
-__version__ = "0.1.0"
+from importlib import metadata as _metadata
+
+__version__ = _metadata.version("tierkit")  # one source: the repository's VERSION

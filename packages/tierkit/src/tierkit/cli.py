@@ -10,6 +10,21 @@ import sys
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import explain, jit_cache, report, tiers, toolchain, torch_cuda
 
+    if args.doctor_command == "abi":
+        from .doctor import abi
+
+        try:
+            reports = abi.reports_for(args.target)
+        except (FileNotFoundError, RuntimeError) as error:
+            print(f"tierkit doctor abi: {error}", file=sys.stderr)
+            return 2
+        print(
+            json.dumps([r.as_dict() for r in reports], indent=2)
+            if args.json
+            else abi.render(reports, args.all)
+        )
+        return 0
+
     if args.doctor_command == "explain":
         text = sys.stdin.read() if args.logfile == "-" else open(args.logfile, errors="replace").read()
         diagnosis = explain.explain(text)
@@ -60,13 +75,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIN",
         help="a lock nobody holds is stale after this many minutes (default 10)",
     )
-    doctor_sub = doctor.add_subparsers(dest="doctor_command", metavar="{explain}")
+    doctor_sub = doctor.add_subparsers(dest="doctor_command", metavar="{explain,abi}")
     explain = doctor_sub.add_parser(
         "explain",
         help="which layer a failed build/import log broke (compile, link, loader, ...), and the fix",
     )
     explain.add_argument("logfile", metavar="LOG", help="the log file, or - for standard input")
     explain.add_argument("--json", action="store_true", help="machine-readable output")
+    abi = doctor_sub.add_parser(
+        "abi",
+        help="the torch symbols a library imports: stable C ABI (loads on later torch) or tied to one release",
+    )
+    abi.add_argument(
+        "target", metavar="PATH", help="a .so, a wheel, or an installed tier's name (tierkit-torch)"
+    )
+    abi.add_argument("--all", action="store_true", help="list every symbol, not the first few")
+    abi.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.set_defaults(func=_doctor, doctor_command=None)
 
     bench = sub.add_parser("bench", help="the benchmark report")

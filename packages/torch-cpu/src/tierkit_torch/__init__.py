@@ -10,6 +10,7 @@ available both as ``torch.ops.tierkit.<name>`` and through :mod:`tierkit_torch.o
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from pathlib import Path
 
 import torch  # noqa: F401  (must come first: the library links against it)
@@ -17,7 +18,7 @@ import torch  # noqa: F401  (must come first: the library links against it)
 from . import _loader, _registrations
 
 __all__ = ["add_out", "custom_add", "get_include", "library_path", "mul", "muladd", "ops", "scale_shift"]
-__version__ = "0.1.0"
+__version__ = _metadata.version("tierkit-torch")  # one source: the repository's VERSION
 
 if not _loader.jit_requested():
     _loader.load_aot()

@@ -55,6 +55,16 @@ def set_loaded_path(path: str) -> None:
     _path = path
 
 
+def _require_built_torch(running: str) -> None:
+    try:
+        from ._build_info import TORCH_VERSION
+    except ImportError:  # a source tree that was never built: the load below says so
+        return
+    from tierkit_core.torch_build import require_built_torch
+
+    require_built_torch("tierkit_torch", TORCH_VERSION, running, "packages/torch-cpu")
+
+
 def load_aot() -> None:
     if _loaded == "aot":
         return
@@ -66,6 +76,7 @@ def load_aot() -> None:
             f"tierkit_torch: its operator library {path} is missing: the package was not built "
             "(install it with pip install --no-build-isolation packages/torch-cpu)"
         )
+    _require_built_torch(torch.__version__)
     mark_loaded("aot")
     torch.ops.load_library(path)  # static initialisers register the ops
     set_loaded_path(path)

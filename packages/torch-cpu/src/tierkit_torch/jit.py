@@ -45,7 +45,8 @@ def load(verbose: bool = False, build_directory: str | None = None):
         name="tierkit_torch_jit",
         sources=sources(),
         extra_include_paths=[str(root / "include"), tierkit_core.get_include()],
-        extra_cflags=["-O3", "-fopenmp"],  # see setup.py: at::parallel_for needs it
+        # -fopenmp: see setup.py, at::parallel_for needs it.
+        extra_cflags=["-O3", "-fopenmp", *tierkit_core.cxx_flags()],
         extra_ldflags=["-fopenmp"],
         build_directory=build_directory,
         is_python_module=False,

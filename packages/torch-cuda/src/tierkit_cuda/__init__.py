@@ -8,13 +8,14 @@ It imports without a GPU; calls then need one.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
 from pathlib import Path
 
 import tierkit_torch
 import torch
 
 __all__ = ["cuda_available", "library_path", "time_op"]
-__version__ = "0.1.0"
+__version__ = _metadata.version("tierkit-cuda")  # one source: the repository's VERSION
 
 
 def library_path() -> str:
@@ -23,6 +24,17 @@ def library_path() -> str:
     return str(Path(__file__).resolve().parent / "libtierkit_cuda_ops.so")
 
 
+def _require_built_torch() -> None:
+    try:
+        from ._build_info import TORCH_VERSION
+    except ImportError:  # never built: the load below says so
+        return
+    from tierkit_core.torch_build import require_built_torch
+
+    require_built_torch("tierkit_cuda", TORCH_VERSION, torch.__version__, "packages/torch-cuda")
+
+
+_require_built_torch()
 try:
     torch.ops.load_library(library_path())  # static initialisers register the CUDA kernels
 except OSError as exc:  # pragma: no cover - depends on the installed torch

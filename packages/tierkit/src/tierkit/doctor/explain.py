@@ -149,7 +149,9 @@ RULES: list[tuple[str, str, str, str]] = [
         r"undefined symbol:",
         "the shared library loaded but references a symbol nothing provides: a function declared and never defined, "
         "a library not linked, or an extension built against another torch",
-        "define/link the symbol; if it is a torch symbol, rebuild against the installed torch with --no-build-isolation",
+        "define/link the symbol; if it is a torch symbol (c10::, at::, torch::), the library is tied to the torch "
+        "it was built against: `tierkit doctor abi <that .so>` lists what it imports; rebuild against the "
+        "installed torch with --no-build-isolation, or build on torch's stable C ABI (docs/torch-stable.md)",
     ),
     (
         "loader",

@@ -9,7 +9,7 @@ save)``. The runner, the report and the target evaluation loop over them.
 
 from __future__ import annotations
 
-from . import allocation, boundary, dispatch, exports, gil, gpu, kernels, stream
+from . import allocation, boundary, dispatch, exports, gil, gpu, kernels, stable_abi, stream
 from ._common import Config, Skip
 
 SECTIONS = {
@@ -21,6 +21,7 @@ SECTIONS = {
     "gil": gil,
     "allocation": allocation,
     "gpu": gpu,
+    "stable_abi": stable_abi,
 }
 
 __all__ = ["SECTIONS", "Config", "Skip"]

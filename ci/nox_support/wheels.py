@@ -1,0 +1,230 @@
+"""The `build` session's parts: every tier from its sdist, each wheel tried alone.
+
+A tier is built the way a user installs it: `python -m build` makes the sdist,
+then the wheel from that sdist (so a file missing from the sdist fails here).
+Each wheel is then installed into a fresh venv with only what it declares,
+resolved with --no-index from dist/ (earlier tiers' wheels) -- never from a
+public index -- and imported. Torch is the one exception to "fresh": 5.5 GB
+per venv is too much, so the venv sees the shared env's torch and the
+packages torch requires (and nothing else) through a .pth file; pip still
+checks the wheel's `torch==X.Y.Z` against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
+    import nox
+
+from .env import BASE_PYTHON, BUILD_DIR, BUILD_ENV, DIST_DIR, ROOT, STAMPS, tier_digest
+from .tiers import TIERS
+
+SMOKE_DIR = BUILD_DIR / "smoke"
+WHEELHOUSE = BUILD_DIR / "wheelhouse"  # public build backends, downloaded once by name
+BUILT = DIST_DIR / ".built"  # <tier>-<digest>: the wheel in dist/ is from these sources
+
+
+def _dist_name(name: str) -> str:
+    """The wheel/sdist file prefix of a tier: tierkit_torch for tierkit-torch."""
+    text = (ROOT / TIERS[name].path / "pyproject.toml").read_text()
+    match = re.search(r'^name = "([^"]+)"', text, re.MULTILINE)
+    assert match, f"{name}: no project name in pyproject.toml"
+    return match.group(1).replace("-", "_")
+
+
+def wheel_of(name: str) -> Path:
+    wheels = sorted(DIST_DIR.glob(f"{_dist_name(name)}-*.whl"))
+    if len(wheels) != 1:
+        raise RuntimeError(f"{name}: expected one wheel in {DIST_DIR}, found {[w.name for w in wheels]}")
+    return wheels[0]
+
+
+def build_from_sdist(session: nox.Session, py: str, name: str) -> Path:
+    """sdist, then the wheel from that sdist, into dist/ (skipped when the
+    wheel there was built from the same sources); returns the wheel."""
+    stamp = BUILT / f"{name}-{tier_digest(name)}"
+    if stamp.exists():
+        session.log(f"{name}: wheel in dist/ is up to date")
+        return wheel_of(name)
+    prefix = _dist_name(name)
+    for old in [*DIST_DIR.glob(f"{prefix}-*.whl"), *DIST_DIR.glob(f"{prefix}-*.tar.gz")]:
+        old.unlink()
+    session.run(
+        py, "-m", "build", "--no-isolation", "--outdir", str(DIST_DIR), str(ROOT / TIERS[name].path),
+        external=True, env=BUILD_ENV,
+    )  # fmt: skip
+    for old in BUILT.glob(f"{name}-*"):
+        old.unlink()
+    BUILT.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
+    return wheel_of(name)
+
+
+def install_wheel(session: nox.Session, py: str, name: str, wheel: Path, force: bool = False) -> None:
+    """Install a tier's wheel into the shared env and mark the tier up to date
+    there, so the sessions after this one do not compile it again. `force`:
+    even when the same sources are installed (from a source-tree build)."""
+    stamp = STAMPS / f"{name}-{tier_digest(name)}"
+    if stamp.exists() and not force:
+        return
+    session.run(py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel), external=True)
+    for old in STAMPS.glob(f"{name}-*"):
+        old.unlink()
+    STAMPS.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
+
+
+def _requirement_closure(root: str) -> list[importlib.metadata.Distribution]:
+    """`root`'s distribution in the running env and everything it requires,
+    extras included (markers evaluated here), found by walking Requires-Dist."""
+    from packaging.requirements import Requirement  # in every env pip runs in
+
+    seen: dict[str, importlib.metadata.Distribution] = {}
+    done: set[tuple[str, str]] = set()
+    todo: list[tuple[str, str]] = [(root, "")]
+    while todo:
+        name, extra = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if (key, extra) in done:
+            continue
+        done.add((key, extra))
+        try:
+            dist = seen.get(key) or importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue  # an optional dependency that is not installed
+        seen[key] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": extra}):
+                todo += [(req.name, "")] + [(req.name, e) for e in req.extras]
+    return list(seen.values())
+
+
+TORCH_VIEW_SCRIPT = """
+import json, sys
+sys.path.insert(0, {support!r})
+from nox_support.wheels import _requirement_closure
+out = []
+for dist in _requirement_closure("torch"):
+    tops = {{str(f).split("/")[0] for f in (dist.files or []) if not str(f).startswith("..")}}
+    out.append([str(dist.locate_file("")), sorted(tops)])
+print(json.dumps(out))
+"""
+
+
+def torch_view(session: nox.Session, py: str) -> Path:
+    """A directory of links to torch and what it requires, from the shared env."""
+    import json
+
+    view = SMOKE_DIR / "torch-view"
+    if view.is_dir():
+        return view
+    listing = subprocess.check_output(
+        [py, "-c", TORCH_VIEW_SCRIPT.format(support=str(ROOT / "ci"))], text=True
+    )
+    tmp = view.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for site, tops in json.loads(listing):
+        for top in tops:
+            if top and not (tmp / top).exists() and top not in {"bin", "__pycache__"}:
+                (tmp / top).symlink_to(Path(site, top))
+    tmp.rename(view)
+    return view
+
+
+def smoke_test(session: nox.Session, py: str, name: str) -> None:
+    """The tier's wheel alone in a fresh venv: installed with --no-index from
+    dist/ (its declared tier dependencies), `pip check`, then its smoke code."""
+    tier = TIERS[name]
+    venv = SMOKE_DIR / name
+    shutil.rmtree(venv, ignore_errors=True)
+    session.run(BASE_PYTHON, "-m", "venv", str(venv), external=True)
+    vpy = str(venv / "bin" / "python")
+    if tier.runtime_torch:
+        # The venv's own setuptools (Python < 3.12 venvs get one) would shadow
+        # the linked, newer one torch requires.
+        session.run(vpy, "-m", "pip", "uninstall", "-q", "-y", "setuptools", external=True, silent=True)
+        site = subprocess.check_output([vpy, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+        Path(site.decode().strip(), "_shared_torch.pth").write_text(str(torch_view(session, py)) + "\n")
+    session.run(
+        vpy, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel_of(name)),
+        external=True,
+    )  # fmt: skip
+    session.run(vpy, "-m", "pip", "check", external=True)
+    session.run(vpy, "-c", tier.smoke, external=True, env={"TIERKIT_SMOKE_VENV": str(venv)})
+
+
+def isolated_build(session: nox.Session, py: str, name: str) -> None:
+    """Build from the sdist with build isolation, the build requirements
+    resolved only from dist/ (tiers) and build/wheelhouse (public backends,
+    fetched by name beforehand): `tierkit-core` can never come from an index."""
+    tier = TIERS[name]
+    WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+    backends = hashlib.sha256(" ".join(tier.public_build_requires).encode()).hexdigest()[:12]
+    if not (WHEELHOUSE / f".fetched-{backends}").exists():
+        session.run(
+            py, "-m", "pip", "download", "-q", "--dest", str(WHEELHOUSE), *tier.public_build_requires,
+            external=True,
+        )  # fmt: skip
+        (WHEELHOUSE / f".fetched-{backends}").touch()
+    sdist = sorted(DIST_DIR.glob(f"{_dist_name(name)}-*.tar.gz"))[-1]
+    out = BUILD_DIR / "isolated" / name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    with tarfile.open(sdist) as archive:
+        archive.extractall(out, filter="data")
+    source = next(p for p in out.iterdir() if p.is_dir())
+    session.run(
+        py, "-m", "build", "--wheel", "--outdir", str(out), str(source),
+        external=True,
+        env={**BUILD_ENV, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": f"{DIST_DIR} {WHEELHOUSE}"},
+    )  # fmt: skip
+    session.log(f"{name}: isolated build from {sdist.name}: {[p.name for p in out.glob('*.whl')]}")
+
+
+OLDEST_ENV = ROOT / ".nox" / "_torch_oldest"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_wheel_on_two_torches(session: nox.Session, py: str, name: str, pytest_args: tuple[str, ...]) -> None:
+    """The stable-ABI proof: one wheel, built once (from its sdist) against the
+    shared env's torch, installed unchanged into that env and into a second one
+    holding the oldest torch it targets; the tier's tests run in both."""
+    from .env import shared_env
+    from .tiers import TORCH_OLDEST
+
+    tier = TIERS[name]
+    for dep in tier.needs:  # core: the wheel's build requirement and runtime dependency
+        install_wheel(session, py, dep, build_from_sdist(session, py, dep))
+    wheel = build_from_sdist(session, py, name)
+    install_wheel(session, py, name, wheel, force=True)  # this very file, not a source-tree build
+    oldest = shared_env(session, TORCH_OLDEST, env_dir=OLDEST_ENV)
+    # Only this repository's wheels, never an index: torch is already there.
+    session.run(oldest, "-m", "pip", "uninstall", "-q", "-y", _dist_name(name), external=True, silent=True)
+    session.run(
+        oldest, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel),
+        external=True,
+    )  # fmt: skip
+    session.run(oldest, "-m", "pip", "check", external=True)
+    digest = sha256(wheel)
+    tests = str(ROOT / tier.path / "tests")
+    for label, env_py in (("shared env", py), ("oldest torch", oldest)):
+        version = subprocess.check_output([env_py, "-c", "import torch; print(torch.__version__)"], text=True)
+        session.log(f"==== {wheel.name} (sha256 {digest[:16]}…) under torch {version.strip()} ({label})")
+        session.run(
+            env_py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", tests, *pytest_args, external=True
+        )
+    assert sha256(wheel) == digest, "the wheel changed between the two runs"
+    session.log(f"one wheel, two torches: {wheel.name} sha256 {digest}")

@@ -1,0 +1,75 @@
+"""Build helpers every torch tier uses (torch-cpu, torch-cuda, torch-stable):
+the facts they record in ``_build_info.py`` (read by ``tierkit doctor``: which
+torch, C++ ABI, CUDA), the torch requirement their wheels declare, the check
+that refuses to load a library under another torch, and how their operator
+library is kept free of Python.
+
+They live in core's Python package because every torch tier already requires
+it to build (for core's headers) and none of their compiled libraries depends
+on it: no torch tier imports another's Python. Nothing here imports torch;
+callers pass the module in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def torch_facts(torch, **extra: object) -> str:
+    """The text of a ``_build_info.py``: torch's facts, then ``extra``."""
+    lines = [
+        '"""Recorded when this package was built (read by `tierkit doctor`)."""',
+        "",
+        f"TORCH_VERSION = {torch.__version__!r}",
+        f"CXX11_ABI = {bool(torch._C._GLIBCXX_USE_CXX11_ABI)!r}",
+        f"CUDA_VERSION = {torch.version.cuda!r}",
+    ]
+    lines += [f"{key} = {value!r}" for key, value in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def release(version: str) -> str:
+    """'2.14.1+cu130' -> '2.14.1': the release without the local build label."""
+    return version.split("+", 1)[0]
+
+
+def torch_requirement(torch) -> str:
+    """The runtime requirement on torch of a library compiled against `torch`.
+
+    Exact release (==X.Y.Z), not ~=X.Y: libtorch's C++ ABI is not stable
+    across releases, patch releases included, so a library only loads on the
+    torch it was compiled against. No local label: the CPU (+cpu) and CUDA
+    (+cu130) builds of one release share the C++ ABI of the symbols we use
+    (torch-cuda additionally refuses a CPU-only build when imported)."""
+    return f"torch=={release(torch.__version__)}"
+
+
+def tier_version(tier_dir: Path) -> str:
+    """The tier's version: its VERSION file (a link to the repository's one)."""
+    return (tier_dir / "VERSION").read_text().strip()
+
+
+def require_built_torch(package: str, built: str, running: str, tier_dir: str) -> None:
+    """Refuse, in a sentence, to load a library under another torch than the one
+    it was compiled against (before the loader's `undefined symbol`)."""
+    if release(built) != release(running):
+        raise ImportError(
+            f"{package} was built against torch {release(built)} but torch {release(running)} is "
+            f"installed; its compiled library only loads on the torch it was built with. Either "
+            f"`pip install torch=={release(built)}`, or rebuild {package} against this torch: "
+            f"`pip install --no-build-isolation --force-reinstall {tier_dir}`."
+        )
+
+
+def python_free(ext):
+    """torch's CppExtension/CUDAExtension link libtorch_python (torch's Python
+    bindings) by default; an operator library needs only libtorch, and without
+    it a C++ program (an AOTInductor runner) can load the library."""
+    ext.libraries = [lib for lib in ext.libraries if lib != "torch_python"]
+    return ext
+
+
+def remove_stale_python_modules(tier_dir: Path, package: str) -> None:
+    """Earlier releases built a Python module `_C` beside the library; an
+    in-place rebuild must not ship that stale file in the new wheel."""
+    for stale in tier_dir.glob(f"build/**/{package}/_C*.so"):
+        stale.unlink()

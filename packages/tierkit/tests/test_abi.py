@@ -1,0 +1,80 @@
+"""`tierkit doctor abi` on the torch tiers' real libraries: the stable tier
+is called stable, torch-cpu (and torch-cuda) tied to their torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from tierkit.doctor import abi
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tierkit", "doctor", "abi", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_stable_tier_is_stable_from_its_target_version():
+    stable = pytest.importorskip("tierkit_torch_stable")
+    (report,) = abi.reports_for("tierkit-torch-stable")
+    assert report.unstable == []
+    assert any(name.startswith("aoti_torch_") for name in report.stable)
+    assert report.verdict == f"stable ABI: loads on torch >= {stable.MIN_TORCH}"
+    out = run("tierkit_torch_stable")
+    assert out.returncode == 0
+    assert f"stable ABI: loads on torch >= {stable.MIN_TORCH}" in out.stdout
+
+
+def test_torch_cpu_is_tied_to_its_torch():
+    pytest.importorskip("tierkit_torch")
+    from tierkit_torch import _build_info
+
+    (report,) = abi.reports_for("tierkit-torch")
+    assert report.stable == []
+    assert len(report.unstable) > 10
+    assert all(
+        ("c10::" in s) or ("at::" in s) or ("torch::" in s) or ("caffe2" in s) for s in report.unstable
+    )
+    release = _build_info.TORCH_VERSION.split("+")[0]
+    assert report.verdict.startswith(
+        f"tied to torch {release}: {len(report.unstable)} unstable symbols, e.g. "
+    )
+    data = json.loads(run("tierkit-torch", "--json").stdout)
+    assert data[0]["verdict"] == report.verdict
+
+
+def test_torch_cuda_is_tied_to_its_torch():
+    pytest.importorskip("tierkit_cuda")
+    (report,) = abi.reports_for("tierkit-cuda")
+    assert report.unstable and report.verdict.startswith("tied to torch ")
+
+
+def test_wheel_is_read_from_the_archive(tmp_path):
+    stable = pytest.importorskip("tierkit_torch_stable")
+    lib = Path(stable.library_path())
+    wheel = tmp_path / "tierkit_torch_stable-0-cp310-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(lib, f"tierkit_torch_stable/{lib.name}")
+        archive.write(lib.parent / "_build_info.py", "tierkit_torch_stable/_build_info.py")
+    (report,) = abi.reports_for(str(wheel))
+    assert report.path == f"{wheel.name}:tierkit_torch_stable/{lib.name}"
+    assert report.verdict == f"stable ABI: loads on torch >= {stable.MIN_TORCH}"
+
+
+def test_unknown_target_is_a_clear_error():
+    out = run("no-such-tier-anywhere")
+    assert out.returncode == 2
+    assert "no-such-tier-anywhere: not a file, and no installed distribution" in out.stderr
+
+
+def test_explain_points_undefined_symbols_at_doctor_abi():
+    from tierkit.doctor import explain
+
+    log = "ImportError: /x/libfoo.so: undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jS2_\n"
+    diagnosis = explain.explain(log)
+    assert diagnosis is not None and "tierkit doctor abi" in diagnosis.fix

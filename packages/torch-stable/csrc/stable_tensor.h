@@ -1,0 +1,252 @@
+// The adapters between torch's stable ABI and core: a torch::stable::Tensor
+// seen as a tierkit::TensorView (no copy), torch::stable::parallel_for as the
+// runner that splits core's kernels (so torch.set_num_threads governs them),
+// and the argument checks every op shares. Only torch/csrc/stable and
+// torch/headeronly are included: this library loads on every torch from the
+// TORCH_TARGET_VERSION it was built for onwards.
+#pragma once
+
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tierkit/checks.h"
+#include "tierkit/huge_pages.h"
+#include "tierkit/kernels.h"
+
+namespace tierkit_stable {
+
+using torch::stable::Tensor;
+using ScalarType = torch::headeronly::ScalarType;
+using DeviceType = torch::headeronly::DeviceType;
+
+// torch's ScalarType as core's DType; false for types core lacks.
+inline bool core_dtype(ScalarType t, tierkit::DType* out) {
+  switch (t) {
+    case ScalarType::Float: *out = tierkit::DType::Float32; return true;
+    case ScalarType::Double: *out = tierkit::DType::Float64; return true;
+    case ScalarType::Half: *out = tierkit::DType::Float16; return true;
+    case ScalarType::BFloat16: *out = tierkit::DType::BFloat16; return true;
+    case ScalarType::Int: *out = tierkit::DType::Int32; return true;
+    case ScalarType::Long: *out = tierkit::DType::Int64; return true;
+    default: return false;
+  }
+}
+
+// The spelling Python users see ("float32", not "Float").
+inline std::string dtype_name(ScalarType t) {
+  tierkit::DType d;
+  if (core_dtype(t, &d)) return std::string(tierkit::dtype_name(d));
+  switch (t) {
+    case ScalarType::Short: return "int16";
+    case ScalarType::Char: return "int8";
+    case ScalarType::Byte: return "uint8";
+    case ScalarType::Bool: return "bool";
+    case ScalarType::ComplexFloat: return "complex64";
+    case ScalarType::ComplexDouble: return "complex128";
+    default: return "dtype #" + std::to_string(static_cast<int>(t));
+  }
+}
+
+inline std::string device_str(const torch::stable::Device& d) {
+  std::string s;
+  switch (d.type()) {
+    case DeviceType::CPU: s = "cpu"; break;
+    case DeviceType::CUDA: s = "cuda"; break;
+    case DeviceType::Meta: s = "meta"; break;
+    default: s = "device type " + std::to_string(static_cast<int>(d.type()));
+  }
+  return d.index() >= 0 ? s + ":" + std::to_string(d.index()) : s;
+}
+
+[[noreturn]] inline void fail(const char* op, const std::string& what) {
+  throw std::runtime_error(std::string(op) + ": " + what);
+}
+
+// Runs core's check `f`; its failure becomes "<op>: <core's message>", the
+// same text the tierkit:: ops give.
+template <typename F>
+void core_check(const char* op, F&& f) {
+  try {
+    f();
+  } catch (const tierkit::Error& e) {
+    fail(op, e.what());
+  }
+}
+
+inline void check_defined(const char* op, const Tensor& t, const char* name) {
+  if (!t.defined()) fail(op, std::string(name) + ": expected a defined tensor, got an undefined one");
+}
+
+// The first input fixes device, dtype and shape for the rest.
+inline void check_first(const char* op, const Tensor& t, const char* name) {
+  check_defined(op, t, name);
+  if (t.device().type() != DeviceType::CPU)
+    fail(op, std::string(name) + ": expected a CPU tensor, got one on " + device_str(t.device()));
+  core_check(op, [&] {
+    tierkit::DType d;
+    if (!core_dtype(t.scalar_type(), &d)) tierkit::checks::unknown_dtype(name, dtype_name(t.scalar_type()));
+    tierkit::checks::accepted_dtype(name, d);
+  });
+}
+
+inline std::vector<std::int64_t> sizes_of(const Tensor& t) {
+  const auto s = t.sizes();
+  return {s.begin(), s.end()};
+}
+inline std::vector<std::int64_t> strides_of(const Tensor& t) {
+  const auto s = t.strides();
+  return {s.begin(), s.end()};
+}
+
+inline void check_like(const char* op, const Tensor& t, const char* name, const Tensor& ref,
+                       const char* ref_name) {
+  check_defined(op, t, name);
+  if (!(t.device() == ref.device()))
+    fail(op, std::string(name) + ": expected device " + device_str(ref.device()) + " (same as " + ref_name +
+                 "), got " + device_str(t.device()));
+  core_check(op, [&] {
+    tierkit::checks::same_dtype(name, dtype_name(t.scalar_type()), ref_name, dtype_name(ref.scalar_type()));
+    tierkit::checks::same_shape(name, sizes_of(t), ref_name, sizes_of(ref), tierkit::ShapeStyle::List);
+  });
+}
+
+// Non-overlapping and dense: some permutation of the dimensions makes the
+// strides C-contiguous (size-1 dimensions may have any stride), so the
+// elements cover exactly numel() slots from data_ptr().
+inline bool dense(const Tensor& t) {
+  const auto sizes = sizes_of(t), strides = strides_of(t);
+  std::vector<std::size_t> order;
+  for (std::size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1) order.push_back(d);
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return strides[x] < strides[y]; });
+  std::int64_t expected = 1;
+  for (std::size_t d : order) {
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// aten's layout rule for an elementwise result (TensorIterator): when every
+// input is dense with the same strides (channels_last, transposed...), the
+// output takes those strides; otherwise it is C-contiguous.
+inline bool same_dense_layout(std::initializer_list<const Tensor*> tensors) {
+  const Tensor& first = **tensors.begin();
+  for (const Tensor* t : tensors)
+    if (!dense(*t) || strides_of(*t) != strides_of(first)) return false;
+  return true;
+}
+
+inline Tensor new_output(std::initializer_list<const Tensor*> inputs) {
+  const Tensor& first = **inputs.begin();
+  // empty_like keeps a dense input's strides (preserve_format).
+  Tensor out = first.dim() > 1 && !first.is_contiguous() && same_dense_layout(inputs)
+                   ? torch::stable::empty_like(first)
+                   : torch::stable::new_empty(first, first.sizes());
+  // Fresh and untouched: huge pages make large outputs' page faults 512x fewer.
+  tierkit::advise_huge_pages(out.mutable_data_ptr(), out.numel() * out.element_size());
+  return out;
+}
+
+// The out= overloads' rules, the same as tierkit::'s: an empty `out` is
+// resized to the result's shape, a non-empty one of another shape is refused;
+// dtype and device must match (no type promotion).
+inline void prepare_out(const char* op, Tensor& out, const Tensor& like, const char* like_name) {
+  check_defined(op, out, "out");
+  if (!(out.device() == like.device()))
+    fail(op, "out: expected device " + device_str(like.device()) + " (same as " + like_name + "), got " +
+                 device_str(out.device()));
+  core_check(op, [&] {
+    tierkit::checks::same_dtype("out", dtype_name(out.scalar_type()), like_name,
+                                dtype_name(like.scalar_type()));
+  });
+  if (sizes_of(out) != sizes_of(like)) {
+    if (out.numel() != 0)
+      fail(op, "out: expected shape " + tierkit::shape_str(sizes_of(like), tierkit::ShapeStyle::List) +
+                   " (same as " + like_name + "), got " +
+                   tierkit::shape_str(sizes_of(out), tierkit::ShapeStyle::List));
+    // aten::resize_ through the dispatcher: part of the stable C ABI.
+    const auto size = like.sizes();
+    std::array<StableIValue, 3> stack{torch::stable::detail::from(out), torch::stable::detail::from(size),
+                                      torch::stable::detail::from(std::nullopt)};
+    STABLE_TORCH_ERROR_CODE_CHECK(
+        torch_call_dispatcher("aten::resize_", "", stack.data(), TORCH_ABI_VERSION));
+  }
+}
+
+// Only called after check_first accepted the dtype.
+inline tierkit::DType dtype_of(const Tensor& t) {
+  tierkit::DType d{};
+  core_dtype(t.scalar_type(), &d);
+  return d;
+}
+
+// A core view of t's elements, strided (at most kMaxRank dims: run_views
+// passes deeper tensors contiguous, seen flat). Torch strides are never negative.
+inline tierkit::TensorView as_view(const Tensor& t) {
+  tierkit::Shape shape, strides;
+  if (t.dim() > tierkit::kMaxRank) {
+    shape.push_back(t.numel());
+    strides.push_back(1);
+  } else {
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      shape.push_back(t.sizes()[d]);
+      strides.push_back(t.strides()[d]);
+    }
+  }
+  int64_t extent = t.numel() == 0 ? 0 : 1;
+  for (int d = 0; d < shape.rank() && t.numel() != 0; ++d) extent += (shape[d] - 1) * strides[d];
+  return tierkit::TensorView(t.mutable_data_ptr(), extent, dtype_of(t), shape, strides);
+}
+
+inline tierkit::TensorView as_flat_view(const Tensor& t) {
+  tierkit::Shape shape, strides;
+  shape.push_back(t.numel());
+  strides.push_back(1);
+  return tierkit::TensorView(t.mutable_data_ptr(), t.numel(), dtype_of(t), shape, strides);
+}
+
+// torch's own elementwise kernels split at 32768 elements (GRAIN_SIZE).
+inline constexpr int64_t kTorchGrain = 32768;
+
+struct StableRunner {
+  template <typename Fn>
+  void operator()(int64_t n, int64_t grain, const Fn& fn) const {
+    torch::stable::parallel_for(0, n, std::max<int64_t>(grain, kTorchGrain), fn);
+  }
+};
+
+// Runs `kernel(view...)` on core views of `t` (the inputs, then the output
+// last). Operands sharing one dense layout are seen as flat memory, at any
+// rank; otherwise they are walked by their strides, which core holds up to
+// kMaxRank dims, so deeper ones go through contiguous copies (rare).
+template <std::size_t N, typename Kernel>
+void run_views(const char* op, std::array<Tensor, N> t, const Kernel& kernel) {
+  const auto each = [&](auto view_of) {
+    std::array<tierkit::TensorView, N> v;
+    for (std::size_t i = 0; i < N; ++i) v[i] = view_of(t[i]);
+    core_check(op, [&] { std::apply([&](const auto&... views) { kernel(views...); }, v); });
+  };
+  bool flat = true;
+  for (const Tensor& x : t) flat = flat && same_dense_layout({&x, &t[0]});
+  if (flat) return each(as_flat_view);
+  Tensor& out = t[N - 1];
+  if (out.dim() <= tierkit::kMaxRank) return each(as_view);
+  Tensor result = out;
+  for (std::size_t i = 0; i + 1 < N; ++i) t[i] = torch::stable::contiguous(t[i]);
+  const bool direct = out.is_contiguous();
+  if (!direct) out = torch::stable::new_empty(result, result.sizes());
+  each(as_flat_view);
+  if (!direct) torch::stable::copy_(result, out);
+}
+
+}  // namespace tierkit_stable

@@ -1,0 +1,174 @@
+"""Autograd for the tierkit_stable ops, registered from Python: torch's stable
+C++ API has no autograd. Each functional op gets a torch.autograd.Function
+registered as its Autograd kernel, with a backward (reverse mode) and a jvp
+(forward mode: torch.func.jvp, jacfwd, forward_ad), so both modes give real
+derivatives, never silent zeros. Formulas are written with torch ops, so they
+are differentiable in turn (double backward, hessians).
+
+The .out overloads and add_out write into `out` and are not differentiable,
+like aten's: they refuse an argument that requires grad or carries a
+tangent, and bump `out`'s version counter so autograd sees saved copies go
+stale.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+_ops = torch.ops.tierkit_stable
+
+
+def _function(name: str, n_tensors: int, backward: Callable[..., tuple], jvp: Callable[..., Any]) -> type:
+    """An autograd.Function for ns::name(tensors..., scalars...): forward runs
+    the op below autograd; backward(grad, *tensors, *scalars) gives the tensor
+    inputs' gradients; jvp(tangents, *tensors, *scalars) the output's tangent."""
+    op = getattr(_ops, name).default
+
+    # forward(ctx, ...) rather than setup_context: this Function runs inside a
+    # dispatcher kernel, below torch.func's layers, where a setup_context-style
+    # Function would be re-routed to functorch's custom_function_call and fail.
+    def forward(ctx: Any, *args: Any) -> Any:
+        ctx.save_for_backward(*args[:n_tensors])
+        ctx.save_for_forward(*args[:n_tensors])
+        ctx.scalars = args[n_tensors:]
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args)
+
+    def backward_(ctx: Any, grad: torch.Tensor) -> tuple:
+        grads = backward(grad, *ctx.saved_tensors, *ctx.scalars)
+        return (
+            *(g if need else None for g, need in zip(grads, ctx.needs_input_grad)),
+            *[None] * len(ctx.scalars),
+        )
+
+    def jvp_(ctx: Any, *tangents: Any) -> Any:
+        saved = ctx.saved_tensors
+        return jvp(tangents[:n_tensors], *saved, *ctx.scalars)
+
+    return type(
+        f"{''.join(p.title() for p in name.split('_'))}Function",
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "backward": staticmethod(backward_),
+            "jvp": staticmethod(jvp_),
+        },
+    )
+
+
+def _sum_tangents(*terms: Any) -> Any:
+    present = [t for t in terms if t is not None]
+    if not present:
+        return None
+    out = present[0]
+    for t in present[1:]:
+        out = out + t
+    return out
+
+
+def _scaled(t: Any, by: Any) -> Any:
+    return None if t is None else t * by
+
+
+FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
+    "custom_add": (
+        _function("custom_add", 2, lambda g, a, b: (g, g), lambda t, a, b: _sum_tangents(t[0], t[1])),
+        2,
+    ),
+    "mul": (
+        _function(
+            "mul",
+            2,
+            lambda g, a, b: (g * b, g * a),
+            lambda t, a, b: _sum_tangents(_scaled(t[0], b), _scaled(t[1], a)),
+        ),
+        2,
+    ),
+    "muladd": (
+        _function(
+            "muladd",
+            2,
+            lambda g, a, b, c: (g * b, g * a),
+            lambda t, a, b, c: _sum_tangents(_scaled(t[0], b), _scaled(t[1], a)),
+        ),
+        2,
+    ),
+    "scale_shift": (
+        _function(
+            "scale_shift",
+            1,
+            lambda g, x, alpha, beta: (g * alpha,),
+            lambda t, x, alpha, beta: _scaled(t[0], alpha),
+        ),
+        1,
+    ),
+}
+
+
+def _needs_derivative(tensors: tuple) -> bool:
+    """An argument requires grad (grad mode on) or carries a forward-mode tangent."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return True
+    return fwAD._current_level >= 0 and any(fwAD.unpack_dual(t).tangent is not None for t in tensors)
+
+
+def _functional_kernel(name: str, fn: type, n_tensors: int) -> Callable[..., Any]:
+    op = getattr(_ops, name).default
+
+    def kernel(*args: Any) -> Any:
+        if torch._C._are_functorch_transforms_active() and _needs_derivative(args[:n_tensors]):
+            # This kernel runs below torch.func's layers, where no Python
+            # autograd.Function can take part in grad/jvp (torch's own
+            # register_autograd gives silent zero tangents there): refuse.
+            raise RuntimeError(
+                f"tierkit_stable::{name}: torch.func transforms that differentiate (grad, vjp, jvp, jacrev, "
+                "jacfwd, hessian) are not supported: the stable C++ API has no autograd, and the Python "
+                "autograd registered for this op runs below torch.func. Use torch.autograd.grad / "
+                "torch.autograd.forward_ad (both supported), or the tierkit:: ops of tierkit-torch, whose "
+                "C++ autograd supports torch.func. (vmap without differentiation works.)"
+            )
+        if not torch._C._are_functorch_transforms_active():
+            return fn.apply(*args)
+        with torch._C._AutoDispatchBelowAutograd():  # vmap alone: nothing to differentiate
+            return op(*args)
+
+    return kernel
+
+
+def _refuse_autodiff(op: str, tensors: tuple) -> None:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        raise RuntimeError(
+            f"{op}: writes into `out` and does not support automatic differentiation (an argument requires "
+            "grad); use the functional overload, or call it under torch.no_grad()"
+        )
+    if fwAD._current_level >= 0 and any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
+        raise RuntimeError(
+            f"{op}: writes into `out` and does not support forward-mode AD (an argument carries a tangent); "
+            "use the functional overload"
+        )
+
+
+def _out_kernel(name: str, overload: str) -> Callable[..., Any]:
+    op = getattr(getattr(_ops, name), overload)
+    qualified = f"tierkit_stable::{name}" + ("" if overload == "default" else f".{overload}")
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        out = kwargs.get("out", args[-1])
+        _refuse_autodiff(qualified, (*(a for a in args if isinstance(a, torch.Tensor)), out))
+        with torch._C._AutoDispatchBelowAutograd():
+            result = op(*args, **kwargs)
+        torch.autograd.graph.increment_version(out)
+        return result
+
+    return kernel
+
+
+def register(lib: torch.library.Library) -> None:
+    for name, (fn, n_tensors) in FUNCTIONS.items():
+        lib.impl(name, _functional_kernel(name, fn, n_tensors), "Autograd")
+    for name in ("custom_add", "mul", "scale_shift", "muladd"):
+        lib.impl(f"{name}.out", _out_kernel(name, "out"), "Autograd")
+    lib.impl("add_out", _out_kernel("add_out", "default"), "Autograd")

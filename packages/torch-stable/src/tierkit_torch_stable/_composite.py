@@ -1,0 +1,32 @@
+"""What the .out overloads mean in terms of the functional ops: compute, then
+copy into `out` after the out= rules. Registered as CompositeImplicitAutograd,
+which eager calls never reach (the CPU kernels in C++ and the Autograd
+kernels take precedence): torch.compile's functionalization and fake tensors
+use it to turn a mutating .out call into the functional op plus a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from tierkit_core.torch_fake import apply_out_rules
+
+_ops = torch.ops.tierkit_stable
+
+
+def _out_kernel(name: str, like_name: str) -> Callable[..., Any]:
+    functional = getattr(_ops, name).default
+    op = f"tierkit_stable::{name}.out"
+
+    def kernel(*args: Any, out: torch.Tensor) -> torch.Tensor:
+        result = functional(*args)
+        apply_out_rules(torch, op, out, args[0], like_name)
+        return out.copy_(result)
+
+    return kernel
+
+
+def register(lib: torch.library.Library) -> None:
+    for name, like_name in (("custom_add", "a"), ("mul", "a"), ("muladd", "a"), ("scale_shift", "x")):
+        lib.impl(f"{name}.out", _out_kernel(name, like_name), "CompositeImplicitAutograd")

@@ -1,0 +1,29 @@
+"""Everything the stable C++ API cannot register: the fake kernels (core's,
+generic over the namespace, shared with tierkit-torch), autograd, and the
+.out overloads' composite form for torch.compile."""
+
+from __future__ import annotations
+
+import torch
+from tierkit_core.torch_fake import register_fake_kernels
+
+from . import _autograd, _composite
+
+_lib: torch.library.Library | None = None
+
+
+def register() -> None:
+    """Once per process (the Library object must stay alive)."""
+    global _lib
+    if _lib is not None:
+        return
+    _lib = torch.library.Library("tierkit_stable", "IMPL")
+    # The accepted dtypes come from core's dtype table, through the C++ library.
+    register_fake_kernels(
+        torch,
+        "tierkit_stable",
+        list(torch.ops.tierkit_stable._accepted_dtypes()),
+        lib=_lib,
+    )
+    _autograd.register(_lib)
+    _composite.register(_lib)
