@@ -228,3 +228,25 @@ def test_wheel_on_two_torches(session: nox.Session, py: str, name: str, pytest_a
         )
     assert sha256(wheel) == digest, "the wheel changed between the two runs"
     session.log(f"one wheel, two torches: {wheel.name} sha256 {digest}")
+    refuse_other_torch(session, oldest)
+
+
+def refuse_other_torch(session: nox.Session, oldest: str) -> None:
+    """The contrast: torch-cpu's wheel (tied to the torch it was built against)
+    imported under the oldest torch must raise an ImportError naming both
+    versions, not the loader's `undefined symbol`."""
+    tied = sorted(DIST_DIR.glob(f"{_dist_name('torch')}-*.whl"))
+    if not tied:
+        session.log("torch-cpu's wheel is not in dist/ (run the build session): mismatch check skipped")
+        return
+    session.run(
+        oldest, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(tied[-1]), external=True
+    )
+    try:
+        probe = subprocess.run([oldest, "-c", "import tierkit_torch"], capture_output=True, text=True)
+    finally:
+        session.run(oldest, "-m", "pip", "uninstall", "-q", "-y", _dist_name("torch"), external=True)
+    message = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else ""
+    session.log(f"tierkit_torch under the oldest torch: {message}")
+    if probe.returncode == 0 or not message.startswith("ImportError: tierkit_torch was built against torch"):
+        session.error(f"expected an ImportError naming both torch versions, got: {probe.stderr[-600:]}")

@@ -1,5 +1,9 @@
 #include "array_arg.h"
 
+#include <pybind11/numpy.h>
+
+#include <optional>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -131,6 +135,51 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
   arg.keepalive_ = std::move(keep);
   arg.readonly_ = readonly;
   return arg;
+}
+
+bool numpy_imported() {
+  static bool seen = false;  // numpy, once imported, is never unloaded
+  if (!seen) seen = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy") != nullptr;  // borrowed
+  return seen;
+}
+
+namespace {
+// numpy's dtype (kind, item size) as core's; nullopt for anything else (the
+// buffer-protocol path then accepts it or explains why not).
+std::optional<DType> numpy_dtype(char kind, py::ssize_t itemsize) {
+  if (kind == 'f') {
+    if (itemsize == 4) return DType::Float32;
+    if (itemsize == 8) return DType::Float64;
+    if (itemsize == 2) return DType::Float16;
+  } else if (kind == 'i') {
+    if (itemsize == 4) return DType::Int32;
+    if (itemsize == 8) return DType::Int64;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+ArrayArg ArrayArg::borrow(const py::handle& obj, const char* name, bool writable) {
+  if (numpy_imported() && py::isinstance<py::array>(obj)) {
+    const auto a = py::reinterpret_borrow<py::array>(obj);
+    const py::dtype dt = a.dtype();
+    const auto dtype = numpy_dtype(dt.kind(), dt.itemsize());
+    const char order = dt.byteorder();
+    const bool native = order == '=' || order == '|' || (order == '<') == (PY_LITTLE_ENDIAN != 0);
+    const bool writeable = a.writeable();
+    if (dtype && native && a.ndim() <= tierkit::kMaxRank && (writeable || !writable)) {
+      Shape shape, strides;
+      bool whole_items = true;
+      for (py::ssize_t i = 0; i < a.ndim(); ++i) {
+        whole_items = whole_items && a.strides(i) % dt.itemsize() == 0;
+        shape.push_back(a.shape(i));
+        strides.push_back(a.strides(i) / dt.itemsize());
+      }
+      if (whole_items)
+        return from_raw(const_cast<void*>(a.data()), *dtype, shape, strides, nullptr, !writeable, name);
+    }
+  }
+  return from(obj, name, writable);
 }
 
 ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) {

@@ -15,11 +15,19 @@
 
 namespace tierkit_bridge {
 
+// True once numpy has been imported by anyone: before that no argument can
+// be a numpy array, and the bridge must not import numpy itself.
+bool numpy_imported();
+
 class ArrayArg {
  public:
   // `writable`: the argument will be written to (an `out=`); read-only
   // memory is refused.
   static ArrayArg from(const py::handle& obj, const char* name, bool writable);
+  // The same view, for the duration of a call that holds `obj` (an op's
+  // argument): numpy arrays are read through numpy's C API without the buffer
+  // protocol or a keep-alive; anything else goes through from().
+  static ArrayArg borrow(const py::handle& obj, const char* name, bool writable);
 
   const tierkit::TensorView& view() const { return view_; }
   bool readonly() const { return readonly_; }

@@ -4,7 +4,10 @@
 // object is touched again.
 #include "ops.h"
 
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+
+#include <array>
 
 #include <atomic>
 #include <string>
@@ -51,28 +54,42 @@ void require_operand(const tierkit::TensorView& v, const char* name, const tierk
   tierkit::checks::same_shape(name, v.shape(), first_name, first.shape());
 }
 
+// A fresh C-contiguous output shaped like `first`: a numpy array when the
+// first input is one (allocated through numpy's C API: what the caller gets
+// back, with no second wrapping), else a Buffer (from the caching allocator
+// when output caching is on).
+py::object new_output(const py::handle& first_input, const tierkit::TensorView& first) {
+  if (!g_use_cache.load(std::memory_order_relaxed) && numpy_imported() && py::isinstance<py::array>(first_input)) {
+    std::vector<py::ssize_t> shape(first.shape().begin(), first.shape().end());
+    return py::array(py::reinterpret_borrow<py::array>(first_input).dtype(), std::move(shape));
+  }
+  return py::cast(Buffer::empty(first.shape(), first.dtype(), g_use_cache.load()));
+}
+
+// Below one grain (core's kGrain elements) the kernel runs on the calling
+// thread in a few microseconds: releasing and retaking the GIL would cost
+// more than other threads could gain.
+constexpr std::int64_t kReleaseGilFrom = tierkit::kernels::detail::kGrain;
+
 // Imports every input, checks them against the first, resolves `out`
-// (allocating when None), runs `kernel(views..., out_view)` without the GIL
-// and returns the output object.
+// (allocating when None), runs `kernel(views..., out_view)` (without the GIL
+// for large arrays) and returns the output object.
 template <std::size_t N, typename Kernel>
 py::object run(const py::handle (&inputs)[N], const char* const (&names)[N], const py::object& out,
                Kernel kernel) {
-  std::vector<ArrayArg> args;
-  args.reserve(N);
+  std::array<ArrayArg, N> args;
   for (std::size_t i = 0; i < N; ++i) {
-    args.push_back(ArrayArg::from(inputs[i], names[i], false));
+    args[i] = ArrayArg::borrow(inputs[i], names[i], false);
     require_operand(args[i].view(), names[i], args[0].view(), names[0]);
   }
-  py::object result = out;
-  if (out.is_none()) {
-    const auto& first = args[0].view();
-    result = py::cast(Buffer::empty(first.shape(), first.dtype(), g_use_cache.load()));
-  }
-  ArrayArg dst = ArrayArg::from(result, "out", true);
+  const py::object result = out.is_none() ? new_output(inputs[0], args[0].view()) : out;
+  const ArrayArg dst = ArrayArg::borrow(result, "out", true);
   require_operand(dst.view(), "out", args[0].view(), names[0]);
-  const unsigned threads = g_max_threads.load();
-  {
+  const unsigned threads = g_max_threads.load(std::memory_order_relaxed);
+  if (dst.view().numel() >= kReleaseGilFrom) {
     py::gil_scoped_release nogil;
+    kernel(args, dst.view(), threads);
+  } else {
     kernel(args, dst.view(), threads);
   }
   if (!out.is_none()) bump_torch_version(out);

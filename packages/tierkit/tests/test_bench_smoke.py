@@ -8,7 +8,18 @@ import sys
 
 import pytest
 
-SECTIONS = {"stream", "kernels", "boundary", "dispatch", "exports", "gil", "allocation", "gpu", "stable_abi"}
+SECTIONS = {
+    "stream",
+    "kernels",
+    "boundary",
+    "dispatch",
+    "exports",
+    "gil",
+    "allocation",
+    "gpu",
+    "stable_abi",
+    "percall",
+}
 NEEDS = ("numpy", "torch", "tierkit_bridge", "tierkit_torch", "tierkit_torch_stable")
 
 
@@ -29,7 +40,7 @@ def quick_run(tmp_path_factory):
 
 def test_progress_is_reported(quick_run):
     _, proc = quick_run
-    assert "(1/9) stream" in proc.stderr and "(9/9) stable_abi" in proc.stderr
+    assert "(1/10) stream" in proc.stderr and "(10/10) stable_abi" in proc.stderr
 
 
 def test_json_schema(quick_run):
@@ -54,7 +65,7 @@ def test_json_schema(quick_run):
 def test_every_target_is_reported(quick_run):
     out, _ = quick_run
     results = json.loads((out / "results.json").read_text())
-    assert len(results["targets"]) == 12
+    assert len(results["targets"]) == 28
     for t in results["targets"]:
         assert set(t) == {"target", "threshold", "measured", "met", "detail"}
         assert t["met"] in (True, False, None)
@@ -74,6 +85,7 @@ def test_report_and_plots(quick_run):
         "Allocation",
         "GPU",
         "Stable ABI",
+        "Per-call cost",
     ):
         assert section in report, section
     for png in ("kernels_gbs.png", "boundary.png", "dispatch.png"):

@@ -43,9 +43,14 @@ __version__ = _metadata.version("tierkit-bridge")  # one source: the repository'
 
 
 def _like(result: Any, template: Any) -> Any:
-    """Present a fresh Buffer the way the caller's input was presented (zero-copy)."""
-    kind = type(template)
-    module = kind.__module__
+    """Present a fresh result the way the caller's input was presented (zero-copy).
+
+    For numpy inputs the extension allocates a numpy array itself (unless
+    output caching is on); a Buffer goes to numpy or torch zero-copy, and is
+    returned as is for anything else."""
+    if type(result) is not Buffer:
+        return result
+    module = type(template).__module__
     if module == "numpy":
         import numpy as np
 

@@ -24,6 +24,7 @@ class TierInfo:
     # be installed and pip must not isolate the build; one tier per command,
     # in dependency order (pip builds all the paths of one command first).
     install: str = ""
+    namespace: str = "tierkit"  # the torch operator namespace it registers
 
 
 TIERS = [
@@ -51,6 +52,15 @@ TIERS = [
         install="(tier 2 first, as above) then, in a separate command: "
         "pip install --no-build-isolation packages/torch-cuda",
     ),
+    TierInfo(
+        "tier 2s torch-stable",
+        "tierkit-torch-stable",
+        "tierkit_torch_stable",
+        torch=True,
+        install="pip install 'torch>=2.13' setuptools wheel packages/cpp-core && "
+        "pip install --no-build-isolation packages/torch-stable",
+        namespace="tierkit_stable",
+    ),
 ]
 
 OPS = ["custom_add", "scale_shift", "muladd", "mul", "add_out"]
@@ -60,7 +70,7 @@ OPS_PROBE = r"""
 import json, torch, {module}
 ops = {ops!r}
 has = torch._C._dispatch_has_kernel_for_dispatch_key
-keys = {{op: [k for k in {keys!r} if has("tierkit::" + op, k)] for op in ops if torch._C._dispatch_has_kernel("tierkit::" + op) or hasattr(torch.ops.tierkit, op)}}
+keys = {{op: [k for k in {keys!r} if has("{ns}::" + op, k)] for op in ops if torch._C._dispatch_has_kernel("{ns}::" + op) or hasattr(torch.ops.{ns}, op)}}
 print(json.dumps(keys))
 """
 
@@ -106,7 +116,25 @@ def tier_checks(tier: TierInfo, torch_info: dict | None) -> list[Check]:
     if not tier.torch:
         return checks
     info = build_info(tier.module)
-    if info and torch_info:
+    if info and torch_info and info.get("STABLE_ABI"):
+        target = str(info.get("TORCH_TARGET_VERSION"))
+        running = tuple(int(p) for p in torch_info["version"].split("+")[0].split(".")[:2])
+        if running >= tuple(int(p) for p in target.split(".")):
+            checks.append(
+                ok(
+                    f"{name} torch",
+                    f"stable ABI: loads on torch >= {target}; running {torch_info['version']}",
+                )
+            )
+        else:
+            checks.append(
+                fail(
+                    f"{name} torch",
+                    f"stable ABI for torch >= {target}, running {torch_info['version']}",
+                    f"pip install 'torch>={target}'",
+                )
+            )
+    elif info and torch_info:
         if info.get("TORCH_VERSION") != torch_info["version"]:
             checks.append(
                 fail(
@@ -128,7 +156,9 @@ def tier_checks(tier: TierInfo, torch_info: dict | None) -> list[Check]:
             )
         else:
             checks.append(ok(f"{name} ABI", f"CXX11 ABI {info['CXX11_ABI']} (same as torch)"))
-    keys, result = probe.python_json(OPS_PROBE.format(module=tier.module, ops=OPS, keys=KEYS))
+    keys, result = probe.python_json(
+        OPS_PROBE.format(module=tier.module, ops=OPS, keys=KEYS, ns=tier.namespace)
+    )
     if keys is None:
         checks.append(fail(f"{name} ops", probe.tail(result.stderr), "reinstall the tier"))
     else:
@@ -161,4 +191,5 @@ def _dir(tier: TierInfo) -> str:
         "tierkit_bridge": "pybind-bridge",
         "tierkit_torch": "torch-cpu",
         "tierkit_cuda": "torch-cuda",
+        "tierkit_torch_stable": "torch-stable",
     }[tier.module]

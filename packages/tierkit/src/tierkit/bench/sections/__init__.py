@@ -9,7 +9,7 @@ save)``. The runner, the report and the target evaluation loop over them.
 
 from __future__ import annotations
 
-from . import allocation, boundary, dispatch, exports, gil, gpu, kernels, stable_abi, stream
+from . import allocation, boundary, dispatch, exports, gil, gpu, kernels, percall, stable_abi, stream
 from ._common import Config, Skip
 
 SECTIONS = {
@@ -17,6 +17,7 @@ SECTIONS = {
     "kernels": kernels,
     "boundary": boundary,
     "dispatch": dispatch,
+    "percall": percall,
     "exports": exports,
     "gil": gil,
     "allocation": allocation,

@@ -74,3 +74,23 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 def timed(r: dict) -> str:
     return f"{fmt_s(r['median_s'])} ({fmt_s(r['min_s'])}–{fmt_s(r['max_s'])})"
+
+
+# One colour per implementation in every plot (the kernels, dispatch,
+# boundary plots): the same name is always drawn the same way.
+_PALETTE = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
+]  # fmt: skip
+_FIXED = {
+    "bridge": 0, "bridge out=": 1, "torch op": 2, "torch op out=": 3, "torch add_out": 4, "numpy": 5,
+    "numpy out=": 6, "torch eager": 7, "torch eager out=": 8, "torch.compile": 9, "STREAM scale": 10,
+    "STREAM add": 10, "torch eager (THP)": 7, "torch.compile (THP)": 9,
+}  # fmt: skip
+
+
+def color_of(impl: str) -> str:
+    """The colour of `impl` wherever it is drawn."""
+    if impl in _FIXED:
+        return _PALETTE[_FIXED[impl]]
+    return _PALETTE[11 + sum(map(ord, impl)) % (len(_PALETTE) - 11)]

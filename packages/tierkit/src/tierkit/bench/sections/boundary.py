@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 from ..timing import inner_for, interleaved
-from ._common import ALPHA, BETA, Config, need, not_measured, pick, row, table, target, timed, timed_rows
+from ._common import (
+    ALPHA,
+    BETA,
+    Config,
+    color_of,
+    need,
+    not_measured,
+    pick,
+    row,
+    table,
+    target,
+    timed,
+    timed_rows,
+)
 
 TITLE = "The boundary"
 
@@ -88,7 +101,7 @@ def plots(results: dict, out_dir: str, plt, save) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 5))
         for impl in sorted({r["impl"] for r in b}):
             pts = sorted((r["n"], r["median_s"]) for r in b if r["impl"] == impl)
-            ax.plot(*zip(*pts), marker="o", label=impl)
+            ax.plot(*zip(*pts), marker="o", label=impl, color=color_of(impl))
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("elements")

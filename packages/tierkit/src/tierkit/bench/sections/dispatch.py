@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from ..timing import Samples, interleaved
-from ._common import Config, need, pick, row, table, target, timed, timed_rows
+from ._common import Config, color_of, need, pick, row, table, target, timed, timed_rows
 
 TITLE = "Dispatch latency (1-element tensors)"
 
@@ -118,6 +118,7 @@ def plots(results: dict, out_dir: str, plt, save) -> list[str]:
         ax.barh(
             labels,
             [r["median_s"] * 1e6 for r in d],
+            color=[color_of(r["impl"]) for r in d],
             xerr=[
                 [(r["median_s"] - r["min_s"]) * 1e6 for r in d],
                 [(r["max_s"] - r["median_s"]) * 1e6 for r in d],

@@ -1,0 +1,195 @@
+"""5. Off the float32 path: 16-bit dtypes against eager, and small calls
+against numpy and aten, each pair interleaved and compared per repetition.
+
+The 16-bit comparisons run in a subprocess with THP_MEM_ALLOC_ENABLE=1, read
+by torch at start-up: torch then backs its large allocations with huge pages
+as tierkit's outputs are (tierkit/huge_pages.h), so the ratio measures code,
+not the output's page-fault policy. Every ratio is ours' speed over the
+peer's (> 1: ours faster) and every goal is met or missed as stated, with no
+slack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from ..timing import inner_for, interleaved, paired_ratio
+from ._common import Config, need, not_measured, row, table, target, timed
+
+TITLE = "Per-call cost and 16-bit dtypes (ratios > 1: tierkit faster)"
+ALPHA, BETA = 1.5, -0.25
+
+# (what, sizes, goals per size): the goals of issue #14.
+DTYPE_GOALS = {1e4: 1.0, 1e6: 1.0, 1.6e7: 1.5}
+BRIDGE_GOALS = {1e3: 0.8, 1e4: 1.0, 1e5: 1.0}
+DISPATCH_GOALS = {1e3: 0.91, 1e4: 0.91, 1e5: 0.91, 1e6: 0.91}
+
+HALF_PROBE = textwrap.dedent("""
+    import json, sys, torch, tierkit_torch
+    sys.path.insert(0, sys.argv[1])
+    from tierkit.bench.timing import inner_for, interleaved, paired_ratio
+    reps, sizes = int(sys.argv[2]), json.loads(sys.argv[3])
+    alpha, beta = 1.5, -0.25
+    out = []
+    for dtype in ("bfloat16", "float16"):
+        for n in sizes:
+            x = torch.randn(int(n)).to(getattr(torch, dtype))
+            s = interleaved(
+                {"torch op": lambda: torch.ops.tierkit.scale_shift(x, alpha, beta),
+                 "torch eager": lambda: alpha * x + beta},
+                reps, inner_for(n * 2 / 5e9))
+            out.append({"dtype": dtype, "n": n, "ratio": paired_ratio(s["torch eager"], s["torch op"]),
+                        "ours_s": s["torch op"].median, "theirs_s": s["torch eager"].median})
+    print(json.dumps(out))
+""")
+
+
+def _sixteen_bit(cfg: Config, sizes: list[float]) -> list[dict]:
+    """bf16/f16 scale_shift torch op vs eager `1.5*x-0.25`, in a THP subprocess."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    proc = subprocess.run(
+        [sys.executable, "-c", HALF_PROBE, here, str(cfg.reps), json.dumps(sizes)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"},
+    )
+    if proc.returncode != 0:
+        return [{"section": "percall", "kind": "16-bit", "skipped": f"probe failed: {proc.stderr[-300:]}"}]
+    return [
+        {"section": "percall", "kind": "16-bit", "op": "scale_shift", "peer": "torch eager (THP)", **r}
+        for r in json.loads(proc.stdout.strip().splitlines()[-1])
+    ]
+
+
+def measure(cfg: Config) -> list[dict]:
+    np = need("numpy")
+    torch = need("torch")
+    tb = need("tierkit_bridge")
+    need("tierkit_torch")
+    rows: list[dict] = []
+    cfg.log("percall: 16-bit scale_shift vs eager (THP subprocess)")
+    rows += _sixteen_bit(cfg, [1e4, 1e6] if cfg.quick else sorted(DTYPE_GOALS))
+
+    cfg.log("percall: bridge vs numpy")
+    for n in sorted(BRIDGE_GOALS):
+        x = np.random.default_rng(0).random(int(n), dtype=np.float32)
+        y = np.random.default_rng(1).random(int(n), dtype=np.float32)
+        out = np.empty_like(x)
+        s = interleaved(
+            {
+                "bridge add": lambda: tb.add(x, y),
+                "np.add": lambda: np.add(x, y),
+                "bridge add(out=)": lambda: tb.add(x, y, out=out),
+                "np.add(out=)": lambda: np.add(x, y, out=out),
+            },
+            cfg.reps * 2,
+            inner_for(n * 12 / 20e9, 0.01),
+        )
+        for ours, peer in (("bridge add", "np.add"), ("bridge add(out=)", "np.add(out=)")):
+            rows.append(
+                {
+                    **row("percall", s[ours], kind="bridge", impl=ours, n=n),
+                    "peer": peer,
+                    "peer_s": s[peer].median,
+                    "ratio": paired_ratio(s[peer], s[ours]),
+                }
+            )
+
+    cfg.log("percall: torch op vs aten")
+    for n in sorted(DISPATCH_GOALS):
+        a, b = torch.randn(int(n)), torch.randn(int(n))
+        ours_op, aten = torch.ops.tierkit.custom_add.default, torch.ops.aten.add.Tensor
+        s = interleaved(
+            {"custom_add.default": lambda: ours_op(a, b), "aten.add.Tensor": lambda: aten(a, b)},
+            cfg.reps * 2,
+            inner_for(n * 12 / 20e9, 0.01),
+        )
+        rows.append(
+            {
+                **row("percall", s["custom_add.default"], kind="dispatch", impl="custom_add.default", n=n),
+                "peer": "aten.add.Tensor",
+                "peer_s": s["aten.add.Tensor"].median,
+                "ratio": paired_ratio(s["aten.add.Tensor"], s["custom_add.default"]),
+            }
+        )
+    return rows
+
+
+def _rows(results: dict, kind: str) -> list[dict]:
+    return [r for r in results["sections"].get("percall", {}).get("rows", []) if r.get("kind") == kind]
+
+
+def markdown(results: dict) -> list[str]:
+    out = []
+    half = [r for r in _rows(results, "16-bit") if "ratio" in r]
+    if half:
+        out.append(
+            table(
+                ["dtype", "n", "torch op", "torch eager (THP)", "ratio", "goal"],
+                [
+                    [
+                        r["dtype"],
+                        f"{int(r['n']):,}",
+                        f"{r['ours_s'] * 1e6:.1f} us",
+                        f"{r['theirs_s'] * 1e6:.1f} us",
+                        f"{r['ratio']:.2f}",
+                        f">= {DTYPE_GOALS.get(r['n'], '-')}",
+                    ]
+                    for r in half
+                ],
+            )
+        )
+        out.append("")
+    for kind, goals in (("bridge", BRIDGE_GOALS), ("dispatch", DISPATCH_GOALS)):
+        rs = _rows(results, kind)
+        if rs:
+            out.append(
+                table(
+                    ["ours", "peer", "n", "ours per call", "peer per call", "ratio", "goal"],
+                    [
+                        [
+                            r["impl"],
+                            r["peer"],
+                            f"{int(r['n']):,}",
+                            timed(r),
+                            f"{r['peer_s'] * 1e6:.2f} us",
+                            f"{r['ratio']:.2f}",
+                            f">= {goals[r['n']]}",
+                        ]
+                        for r in rs
+                    ],
+                )
+            )
+            out.append("")
+    for r in results["sections"].get("percall", {}).get("rows", []):
+        if "skipped" in r:
+            out.append(f"{r['kind']}: skipped ({r['skipped']}).")
+    return out
+
+
+def targets(results: dict) -> list[dict]:
+    out = []
+    half = _rows(results, "16-bit")
+    for dtype in ("bfloat16", "float16"):
+        for n, goal in DTYPE_GOALS.items():
+            name = f"{dtype} scale_shift torch op >= {goal} x torch eager (THP), n = {n:.0e}"
+            r = [x for x in half if x.get("dtype") == dtype and x.get("n") == n and "ratio" in x]
+            if not r:
+                out.append(
+                    not_measured(name, goal, "not measured in this run (--quick measures 1e4 and 1e6)")
+                )
+                continue
+            out.append(
+                target(name, goal, round(r[0]["ratio"], 2), r[0]["ratio"] >= goal, "paired per repetition")
+            )
+    for kind, goals in (("bridge", BRIDGE_GOALS), ("dispatch", DISPATCH_GOALS)):
+        for r in _rows(results, kind):
+            goal = goals[r["n"]]
+            name = f"{r['impl']} >= {goal} x {r['peer']}, n = {r['n']:.0e}"
+            detail = f"{r['median_s'] * 1e6:.2f} us vs {r['peer_s'] * 1e6:.2f} us"
+            out.append(target(name, goal, round(r["ratio"], 2), r["ratio"] >= goal, detail))
+    return out

@@ -1,0 +1,105 @@
+"""What packaging relies on (issue: every tier from its sdist, one version,
+torch pinned and checked): checked on the repository's files and, where the
+tiers are installed, on their metadata."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+TIERS = ["cpp-core", "pybind-bridge", "torch-cpu", "torch-cuda", "torch-stable", "tierkit"]
+VERSION = (ROOT / "VERSION").read_text().strip()
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_one_version_and_license(tier):
+    path = ROOT / "packages" / tier
+    assert (path / "VERSION").read_text().strip() == VERSION
+    assert (path / "LICENSE").read_bytes() == (ROOT / "LICENSE").read_bytes()
+    pyproject = (path / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"' in pyproject and "\nversion =" not in pyproject.split("[tool")[0]
+    assert 'license = "Apache-2.0"' in pyproject and 'license-files = ["LICENSE"]' in pyproject
+    # Inter-tier build requirements follow the one version (X.Y.*).
+    major_minor = ".".join(VERSION.split(".")[:2])
+    for pin in re.findall(r'"tierkit-[a-z-]+==([^"]+)"', pyproject):
+        assert pin == f"{major_minor}.*", (tier, pin)
+
+
+def test_floors_the_metadata_needs():
+    base = (ROOT / "ci/requirements-base.txt").read_text()
+    assert re.search(r"^setuptools>=77\b", base, re.MULTILINE)  # PEP 639 license strings
+    assert re.search(r"^pybind11>=3\.0\b", base, re.MULTILINE)
+    for tier in ("torch-cpu", "torch-cuda", "torch-stable"):
+        assert '"setuptools>=77"' in (ROOT / "packages" / tier / "pyproject.toml").read_text(), tier
+
+
+def test_cxx_flags_match_the_cmake_target():
+    import tierkit_core
+
+    cmake = (ROOT / "packages/cpp-core/CMakeLists.txt").read_text()
+    options = cmake.split("target_compile_options(tierkit_core INTERFACE", 1)[1].split("\n)", 1)[0]
+    assert sorted(re.findall(r":(-f[\w=-]+)>", options)) == sorted(tierkit_core.cxx_flags())
+    assert "-ffp-contract=off" in tierkit_core.cxx_flags()
+
+
+@pytest.mark.parametrize("tier", ["torch-cpu", "torch-cuda", "torch-stable"])
+def test_sdists_carry_every_source(tier):
+    manifest = (ROOT / "packages" / tier / "MANIFEST.in").read_text()
+    assert "graft csrc" in manifest and "include VERSION LICENSE" in manifest
+    if tier == "torch-cpu":
+        assert "graft include" in manifest  # torch-cuda builds against these headers
+
+
+def test_torch_requirement_is_the_exact_release():
+    from tierkit_core.torch_build import torch_requirement
+
+    assert torch_requirement(types.SimpleNamespace(__version__="2.14.1+cu130")) == "torch==2.14.1"
+    assert torch_requirement(types.SimpleNamespace(__version__="2.13.0+cpu")) == "torch==2.13.0"
+
+
+def test_mismatched_torch_is_refused_with_both_versions():
+    from tierkit_core.torch_build import require_built_torch
+
+    require_built_torch("tierkit_torch", "2.14.1+cu130", "2.14.1+cpu", "packages/torch-cpu")  # same release
+    with pytest.raises(ImportError) as info:
+        require_built_torch("tierkit_torch", "2.14.1+cu130", "2.13.0+cpu", "packages/torch-cpu")
+    message = str(info.value)
+    assert "built against torch 2.14.1 but torch 2.13.0 is installed" in message
+    assert "pip install torch==2.14.1" in message and "--no-build-isolation" in message
+
+
+@pytest.mark.parametrize(
+    ("dist", "module"), [("tierkit-torch", "tierkit_torch"), ("tierkit-cuda", "tierkit_cuda")]
+)
+def test_installed_torch_tier_requires_the_torch_it_was_built_against(dist, module):
+    try:
+        requires = importlib.metadata.requires(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{dist} is not installed here")
+    info = __import__(f"{module}._build_info", fromlist=["TORCH_VERSION"])
+    assert f"torch=={info.TORCH_VERSION.split('+')[0]}" in requires
+    assert any(r.startswith("tierkit-core==") for r in requires)
+
+
+@pytest.mark.parametrize(
+    ("dist", "module"),
+    [("tierkit-core", "tierkit_core"), ("tierkit-bridge", "tierkit_bridge"), ("tierkit", "tierkit")],
+)
+def test_version_comes_from_the_installed_metadata(dist, module):
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{dist} is not installed here")
+    assert version == VERSION
+    assert __import__(module).__version__ == version
+
+
+def test_system_deps_checks_python_headers():
+    script = (ROOT / "ci/system-deps.sh").read_text()
+    assert 'sysconfig; print(sysconfig.get_path("include"))' in script
+    assert "python3-dev" in script
