@@ -25,24 +25,41 @@ namespace {
 std::atomic<unsigned> g_max_threads{0};
 std::atomic<bool> g_use_cache{false};
 
+// What the bridge needs from torch, looked up once torch has been imported
+// by someone (the bridge knows no torch at build time and never imports it).
+struct TorchHooks {
+  PyTypeObject* tensor = nullptr;
+  PyObject* increment_version = nullptr;  // torch.autograd.graph.increment_version
+  PyObject* from_dlpack = nullptr;        // torch.from_dlpack
+};
+// Leaked on purpose: they live as long as torch, i.e. the process.
+const TorchHooks* torch_hooks() {
+  static TorchHooks hooks;
+  if (!hooks.tensor) {
+    PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+    if (!torch) return nullptr;
+    const auto t = py::reinterpret_borrow<py::object>(torch);
+    const py::object graph = py::module_::import("torch.autograd.graph");
+    hooks.increment_version = py::object(graph.attr("increment_version")).release().ptr();
+    hooks.from_dlpack = py::object(t.attr("from_dlpack")).release().ptr();
+    hooks.tensor = reinterpret_cast<PyTypeObject*>(py::object(t.attr("Tensor")).release().ptr());
+  }
+  return &hooks;
+}
+
+// A C-level subtype check: torch.Tensor's metaclass __instancecheck__ is
+// Python code, and this runs on every call.
+bool is_torch_tensor(const py::handle& obj, const TorchHooks* torch) {
+  return torch && PyType_IsSubtype(Py_TYPE(obj.ptr()), torch->tensor);
+}
+
 // A torch tensor written through `out=` must look written to autograd: torch
 // bumps a tensor's version counter on every in-place op, and backward refuses
-// a saved tensor whose version moved. The bridge knows no torch at build
-// time, so it asks torch (when, and only when, torch is already imported)
-// through torch.autograd.graph.increment_version.
+// a saved tensor whose version moved.
 void bump_torch_version(const py::object& out) {
-  static PyObject* tensor_type = nullptr;  // leaked on purpose: lives as long as torch
-  static PyObject* increment_version = nullptr;
-  if (!tensor_type) {
-    PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
-    if (!torch) return;  // torch not imported: `out` cannot be a torch tensor
-    py::object graph = py::module_::import("torch.autograd.graph");
-    increment_version = py::object(graph.attr("increment_version")).release().ptr();
-    tensor_type = py::object(py::reinterpret_borrow<py::object>(torch).attr("Tensor")).release().ptr();
-  }
-  const int is_tensor = PyObject_IsInstance(out.ptr(), tensor_type);
-  if (is_tensor < 0) throw py::error_already_set();
-  if (is_tensor) py::reinterpret_borrow<py::object>(increment_version)(out);
+  if (numpy_imported() && py::isinstance<py::array>(out)) return;
+  const TorchHooks* torch = torch_hooks();
+  if (is_torch_tensor(out, torch)) py::reinterpret_borrow<py::object>(torch->increment_version)(out);
 }
 
 // Core's rules (tierkit/checks.h); its DTypeError / InvalidArgument become
@@ -54,16 +71,33 @@ void require_operand(const tierkit::TensorView& v, const char* name, const tierk
   tierkit::checks::same_shape(name, v.shape(), first_name, first.shape());
 }
 
-// A fresh C-contiguous output shaped like `first`: a numpy array when the
-// first input is one (allocated through numpy's C API: what the caller gets
-// back, with no second wrapping), else a Buffer (from the caching allocator
-// when output caching is on).
+// A fresh C-contiguous output shaped like `first`, presented the way the
+// first input was: a numpy array for numpy (allocated through numpy's C API),
+// a torch tensor for torch (a Buffer handed over by DLPack, zero-copy), a
+// Buffer otherwise. With output caching on, the memory comes from core's
+// caching allocator whatever the input.
 py::object new_output(const py::handle& first_input, const tierkit::TensorView& first) {
-  if (!g_use_cache.load(std::memory_order_relaxed) && numpy_imported() && py::isinstance<py::array>(first_input)) {
-    std::vector<py::ssize_t> shape(first.shape().begin(), first.shape().end());
-    return py::array(py::reinterpret_borrow<py::array>(first_input).dtype(), std::move(shape));
+  const bool cached = g_use_cache.load(std::memory_order_relaxed);
+  const bool numpy_in = numpy_imported() && py::isinstance<py::array>(first_input);
+  if (numpy_in && !cached) {
+    // numpy's own allocation (PyArray_NewFromDescr, C order), with the
+    // input's dtype descriptor: no Python-level call, no dtype object built.
+    const auto& api = py::detail::npy_api::get();
+    PyObject* descr = py::detail::array_proxy(first_input.ptr())->descr;
+    Py_INCREF(descr);  // NewFromDescr steals a reference
+    py::ssize_t dims[tierkit::kMaxRank];
+    for (int d = 0; d < first.rank(); ++d) dims[d] = first.shape()[d];
+    PyObject* array =
+        api.PyArray_NewFromDescr_(api.PyArray_Type_, descr, first.rank(), dims, nullptr, nullptr, 0, nullptr);
+    if (!array) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(array);
   }
-  return py::cast(Buffer::empty(first.shape(), first.dtype(), g_use_cache.load()));
+  py::object buffer = py::cast(Buffer::empty(first.shape(), first.dtype(), cached));
+  if (numpy_in) return py::module_::import("numpy").attr("asarray")(buffer);
+  const TorchHooks* torch = torch_hooks();
+  if (is_torch_tensor(first_input, torch))
+    return py::reinterpret_borrow<py::object>(torch->from_dlpack)(buffer);
+  return buffer;
 }
 
 // Below one grain (core's kGrain elements) the kernel runs on the calling
@@ -107,7 +141,9 @@ void bind_ops(py::module_& m) {
         });
       },
       py::arg("a"), py::arg("b"), py::kw_only(), py::arg("out") = py::none(),
-      "a + b elementwise. Returns ``out`` when given (written in place), else a new Buffer.");
+      "a + b elementwise (same shape and dtype). Writes into ``out`` when given and returns it; else\n"
+      "returns a new C-contiguous array presented like ``a``: numpy for numpy, torch for torch,\n"
+      "a Buffer otherwise (zero-copy each way).");
   m.def(
       "mul",
       [](const py::object& a, const py::object& b, const py::object& out) {
@@ -115,7 +151,8 @@ void bind_ops(py::module_& m) {
           tierkit::kernels::mul(in[0].view(), in[1].view(), o, tierkit::kernels::PoolRunner{t});
         });
       },
-      py::arg("a"), py::arg("b"), py::kw_only(), py::arg("out") = py::none(), "a * b elementwise.");
+      py::arg("a"), py::arg("b"), py::kw_only(), py::arg("out") = py::none(),
+      "a * b elementwise; same rules as add.");
   m.def(
       "scale_shift",
       [](const py::object& x, double alpha, double beta, const py::object& out) {
@@ -124,7 +161,7 @@ void bind_ops(py::module_& m) {
         });
       },
       py::arg("x"), py::arg("alpha"), py::arg("beta"), py::kw_only(), py::arg("out") = py::none(),
-      "alpha * x + beta elementwise.");
+      "alpha * x + beta elementwise, one pass; same rules as add.");
   m.def(
       "muladd",
       [](const py::object& a, const py::object& b, double c, const py::object& out) {
@@ -133,7 +170,7 @@ void bind_ops(py::module_& m) {
         });
       },
       py::arg("a"), py::arg("b"), py::arg("c"), py::kw_only(), py::arg("out") = py::none(),
-      "a * b + c elementwise (c a scalar).");
+      "a * b + c elementwise (c a scalar), one pass; same rules as add.");
 
   m.def(
       "vector_add_list",
