@@ -74,6 +74,7 @@ struct MulAddOp {
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__AVX2__) && \
     !defined(__CUDACC__)
 #define TIERKIT_SIMD_DISPATCH 1
+#include <immintrin.h>
 namespace detail {
 enum class SimdLevel { Baseline, Avx2, Avx512 };
 inline SimdLevel simd_level() {
@@ -97,6 +98,66 @@ __attribute__((target("avx2,avx512f,avx512bw,avx512vl"))) void map_contiguous_av
                                                                                      const In*... in) {
   TIERKIT_MAP_LOOP
 }
+
+// float16 through the hardware conversions (F16C), a block at a time: halves
+// to a float buffer, the op over floats (vectorized), floats back to halves.
+// F16C rounds to nearest even and handles subnormals exactly as the scalar
+// conversions do; only NaN outputs differ (F16C keeps payload bits, the
+// scalar gives the canonical quiet NaN), so they are rewritten to it. A NaN
+// input is quieted on the way in (F16C) or by the op's arithmetic (scalar):
+// either way the output is that canonical NaN with the input's sign, so the
+// results are bit-identical (tests/test_conversions_simd.cpp, every input).
+inline bool cpu_has_f16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  return has;
+}
+inline constexpr std::int64_t kHalfBlock = 256;
+
+__attribute__((target("avx2,f16c"))) inline void halves_to_floats(const Half* in, float* out,
+                                                                  std::int64_t m) {
+  std::int64_t j = 0;
+  for (; j + 8 <= m; j += 8)
+    _mm256_storeu_ps(out + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j))));
+  for (; j < m; ++j) out[j] = Half::to_float(in[j].bits);
+}
+
+__attribute__((target("avx2,f16c"))) inline void floats_to_halves(const float* in, Half* out,
+                                                                  std::int64_t m) {
+  const __m128i exponent = _mm_set1_epi16(0x7c00), mantissa = _mm_set1_epi16(0x03ff);
+  const __m128i sign = _mm_set1_epi16(static_cast<short>(0x8000)), quiet_nan = _mm_set1_epi16(0x7e00);
+  std::int64_t j = 0;
+  for (; j + 8 <= m; j += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + j), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i all_ones_exponent = _mm_cmpeq_epi16(_mm_and_si128(h, exponent), exponent);
+    const __m128i zero_mantissa = _mm_cmpeq_epi16(_mm_and_si128(h, mantissa), _mm_setzero_si128());
+    const __m128i nan = _mm_andnot_si128(zero_mantissa, all_ones_exponent);
+    const __m128i canonical = _mm_or_si128(_mm_and_si128(h, sign), quiet_nan);
+    h = _mm_or_si128(_mm_andnot_si128(nan, h), _mm_and_si128(nan, canonical));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), h);
+  }
+  for (; j < m; ++j) out[j].bits = Half::from_float(in[j]);
+}
+
+template <typename Op, typename Src, std::size_t... K>
+__attribute__((target("avx2,f16c"))) void map_float_block(const Op& op, const Src& src, float* dst,
+                                                          std::int64_t m, std::index_sequence<K...>) {
+  TIERKIT_VECTORIZE_LOOP
+  for (std::int64_t j = 0; j < m; ++j) dst[j] = op(src[K][j]...);
+}
+
+template <typename Op, typename... In>
+__attribute__((target("avx2,f16c"))) void map_half_f16c(const Op& op, Half* out, std::int64_t n,
+                                                        const In*... in) {
+  alignas(32) float src[sizeof...(In)][kHalfBlock];
+  alignas(32) float dst[kHalfBlock];
+  for (std::int64_t i = 0; i < n; i += kHalfBlock) {
+    const std::int64_t m = std::min(kHalfBlock, n - i);
+    std::size_t k = 0;
+    (halves_to_floats(in + i, src[k++], m), ...);
+    map_float_block(op, src, dst, m, std::index_sequence_for<In...>{});
+    floats_to_halves(dst, out + i, m);
+  }
+}
 }  // namespace detail
 #endif
 
@@ -104,6 +165,9 @@ __attribute__((target("avx2,avx512f,avx512bw,avx512vl"))) void map_contiguous_av
 template <typename T, typename Op, typename... In>
 void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
 #ifdef TIERKIT_SIMD_DISPATCH
+  if constexpr (std::is_same_v<T, Half>) {
+    if (detail::cpu_has_f16c()) return detail::map_half_f16c(op, out, n, in...);
+  }
   switch (detail::simd_level()) {
     case detail::SimdLevel::Avx512: return detail::map_contiguous_avx512(op, out, n, in...);
     case detail::SimdLevel::Avx2: return detail::map_contiguous_avx2(op, out, n, in...);
