@@ -54,6 +54,8 @@ SKIP = {
     ("packages/torch-cpu/README.md", "pip install torch==2.14.1"): "rebuilds torch-cpu AOT and JIT (~3 min) "
     "and runs its whole suite: what tests-torch does; the same commands for the bridge run here",
     ("packages/torch-cuda/README.md", "import torch, tierkit_cuda"): "needs a CUDA device (x_cuda)",
+    ("packages/torch-stable/README.md", "bash ci/nox.sh -s tests-stable"): "a session CI runs (tests): "
+    "builds the wheel and a second venv with torch 2.13.0",
     ("packages/torch-cuda/README.md", "bash ci/nox.sh -s tests-cuda"): "a session CI runs (tests)",
     ("packages/torch-cuda/README.md", "export CUDA_HOME"): "rebuilds torch-cpu and torch-cuda (~3 min) in "
     "an environment with the 5.5 GB CUDA torch: what tests-cuda does",
