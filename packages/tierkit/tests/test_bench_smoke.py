@@ -65,7 +65,7 @@ def test_json_schema(quick_run):
 def test_every_target_is_reported(quick_run):
     out, _ = quick_run
     results = json.loads((out / "results.json").read_text())
-    assert len(results["targets"]) == 28
+    assert len(results["targets"]) == 27
     for t in results["targets"]:
         assert set(t) == {"target", "threshold", "measured", "met", "detail"}
         assert t["met"] in (True, False, None)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "stable_tensor.h"
+#include "tierkit/op_schemas.h"
 
 namespace tierkit_stable {
 namespace {
@@ -76,29 +77,12 @@ void add_out(Tensor a, Tensor b, Tensor out) {
   binary(op, a, b, &out, kAdd);
 }
 
-// Core's dtype table, for the Python fake kernels' messages.
-std::vector<std::string> accepted_dtypes() {
-  std::vector<std::string> names;
-  for (const auto& d : tierkit::kDTypeTable)
-    if (d.accepted) names.emplace_back(d.name);
-  return names;
-}
-
 }  // namespace
 
-// The schemas are tierkit::'s, in their own namespace (both tiers can be
-// loaded in one process). The .out overloads carry no tags, like aten's.
+// The schemas are tierkit::'s (core's list, tierkit/op_schemas.h), in their
+// own namespace: both tiers can be loaded in one process.
 STABLE_TORCH_LIBRARY(tierkit_stable, m) {
-  m.def("custom_add(Tensor a, Tensor b) -> Tensor");
-  m.def("scale_shift(Tensor x, float alpha, float beta) -> Tensor");
-  m.def("muladd(Tensor a, Tensor b, float c) -> Tensor");
-  m.def("mul(Tensor a, Tensor b) -> Tensor");
-  m.def("add_out(Tensor a, Tensor b, Tensor(a!) out) -> ()");
-  m.def("custom_add.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
-  m.def("mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)");
-  m.def("scale_shift.out(Tensor x, float alpha, float beta, *, Tensor(a!) out) -> Tensor(a!)");
-  m.def("muladd.out(Tensor a, Tensor b, float c, *, Tensor(a!) out) -> Tensor(a!)");
-  m.def("_accepted_dtypes() -> str[]");
+  for (const char* schema : tierkit::kOpSchemas) m.def(schema);
 }
 
 STABLE_TORCH_LIBRARY_IMPL(tierkit_stable, CPU, m) {
@@ -115,7 +99,7 @@ STABLE_TORCH_LIBRARY_IMPL(tierkit_stable, CPU, m) {
 
 // A function of no tensors has no dispatch key to select a backend kernel.
 STABLE_TORCH_LIBRARY_IMPL(tierkit_stable, CompositeExplicitAutograd, m) {
-  m.impl("_accepted_dtypes", TORCH_BOX(&accepted_dtypes));
+  m.impl("_accepted_dtypes", TORCH_BOX(&tierkit::accepted_dtype_list));
 }
 
 }  // namespace tierkit_stable

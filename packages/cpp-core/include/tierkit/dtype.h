@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "tierkit/error.h"
 
@@ -81,6 +82,14 @@ constexpr const DTypeInfo* dtype_from_dlpack(std::uint8_t code, std::size_t bits
   for (const DTypeInfo& d : kDTypeTable)
     if (d.dlpack_code == code && 8 * d.size == bits) return &d;
   return nullptr;
+}
+
+// The accepted dtypes' names, in table order ("float32", "float64", ...).
+inline std::vector<std::string> accepted_dtype_list() {
+  std::vector<std::string> names;
+  for (const DTypeInfo& d : kDTypeTable)
+    if (d.accepted) names.emplace_back(d.name);
+  return names;
 }
 
 inline DType dtype_from_name(std::string_view name) {

@@ -34,26 +34,14 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
     accepted_text = _join(list(accepted_dtypes))
 
-    def name(dtype: Any) -> str:
-        return str(dtype).removeprefix("torch.")
-
     def check_first(op: str, t: Any, arg: str) -> None:
         torch._check(
             t.dtype in accepted,
-            lambda: f"{op}: {arg}: expected dtype {accepted_text}, got {name(t.dtype)}",
+            lambda: f"{op}: {arg}: expected dtype {accepted_text}, got {_name(t.dtype)}",
         )
 
     def check_like(op: str, t: Any, arg: str, ref: Any, ref_name: str) -> None:
-        torch._check(
-            t.device == ref.device,
-            lambda: f"{op}: {arg}: expected device {ref.device} (same as {ref_name}), got {t.device}",
-        )
-        torch._check(
-            t.dtype == ref.dtype,
-            lambda: (
-                f"{op}: {arg}: expected dtype {name(ref.dtype)} (same as {ref_name}), got {name(t.dtype)}"
-            ),
-        )
+        check_device_dtype(torch, op, t, arg, ref, ref_name)
         torch._check(
             t.shape == ref.shape,
             lambda: (
@@ -108,20 +96,27 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
     register(f"{ns}::add_out", fake_add_out, lib=lib)
 
 
+def check_device_dtype(torch: Any, op: str, t: Any, arg: str, ref: Any, ref_name: str) -> None:
+    """`t` on `ref`'s device with `ref`'s dtype, or the C++ kernels' sentence."""
+    torch._check(
+        t.device == ref.device,
+        lambda: f"{op}: {arg}: expected device {ref.device} (same as {ref_name}), got {t.device}",
+    )
+    torch._check(
+        t.dtype == ref.dtype,
+        lambda: f"{op}: {arg}: expected dtype {_name(ref.dtype)} (same as {ref_name}), got {_name(t.dtype)}",
+    )
+
+
+def _name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def apply_out_rules(torch: Any, op: str, out: Any, like: Any, like_name: str) -> None:
     """The .out overloads' rules (aten's, stricter on shape): `out` must match
     `like` in device and dtype; an empty `out` is resized to like's shape, a
     non-empty one of another shape is refused (aten would warn and resize)."""
-    torch._check(
-        out.device == like.device,
-        lambda: f"{op}: out: expected device {like.device} (same as {like_name}), got {out.device}",
-    )
-    torch._check(
-        out.dtype == like.dtype,
-        lambda: (
-            f"{op}: out: expected dtype {str(like.dtype)[6:]} (same as {like_name}), got {str(out.dtype)[6:]}"
-        ),
-    )
+    check_device_dtype(torch, op, out, "out", like, like_name)
     if out.shape != like.shape:
         torch._check(
             out.numel() == 0,

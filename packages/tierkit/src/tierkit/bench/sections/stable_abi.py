@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..timing import interleaved, paired_ratio
-from ._common import Config, need, pick, row, table, target, timed, timed_rows
+from ._common import Config, need, row, table, target, timed, timed_rows
 
 TITLE = "Stable ABI trade-off (tierkit_stable vs tierkit vs aten)"
 LARGE_N = 16_000_000
@@ -142,6 +142,8 @@ def markdown(results: dict) -> list[str]:
 
 
 def targets(results: dict) -> list[dict]:
+    # Dispatch latency is a measured trade-off (a Python autograd kernel on
+    # every call), reported above, not a goal; throughput at size is one.
     rows = results["sections"].get("stable_abi", {}).get("rows", [])
     ratio = [r for r in rows if r.get("kind") == "throughput ratio"]
     out = []
@@ -149,18 +151,4 @@ def targets(results: dict) -> list[dict]:
         r = ratio[0]
         name = f"tierkit_stable custom_add.out >= 0.95 x tierkit's, n = {r['n']:,} (the ABI costs nothing at size)"
         out.append(target(name, 0.95, round(r["ratio"], 2), r["ratio"] >= 0.95, "paired per repetition"))
-    d = [r for r in timed_rows(results, "stable_abi") if r["kind"] == "dispatch" and not r["requires_grad"]]
-    ours = pick(d, impl="torch.ops.tierkit_stable.custom_add.default")
-    aten = pick(d, impl="torch.ops.aten.add.Tensor")
-    if ours and aten:
-        ratio_d = ours[0]["median_s"] / aten[0]["median_s"]
-        out.append(
-            target(
-                "torch.ops.tierkit_stable.custom_add.default <= 3 x aten.add.Tensor, no grad (Python autograd kernel)",
-                3.0,
-                round(ratio_d, 2),
-                ratio_d <= 3.0,
-                f"{ours[0]['median_s'] * 1e6:.2f} us vs {aten[0]['median_s'] * 1e6:.2f} us",
-            )
-        )
     return out
