@@ -15,8 +15,8 @@ def _doctor(args: argparse.Namespace) -> int:
 
         try:
             reports = abi.reports_for(args.target)
-        except (FileNotFoundError, RuntimeError) as error:
-            print(f"tierkit doctor abi: {error}", file=sys.stderr)
+        except (FileNotFoundError, RuntimeError) as problem:
+            print(f"tierkit doctor abi: {problem}", file=sys.stderr)
             return 2
         print(
             json.dumps([r.as_dict() for r in reports], indent=2)

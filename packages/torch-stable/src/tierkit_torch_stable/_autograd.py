@@ -21,7 +21,9 @@ import torch.autograd.forward_ad as fwAD
 _ops = torch.ops.tierkit_stable
 
 
-def _function(name: str, n_tensors: int, backward: Callable[..., tuple], jvp: Callable[..., Any]) -> type:
+def _function(
+    name: str, n_tensors: int, backward: Callable[..., tuple], jvp: Callable[..., Any]
+) -> type[torch.autograd.Function]:
     """An autograd.Function for ns::name(tensors..., scalars...): forward runs
     the op below autograd; backward(grad, *tensors, *scalars) gives the tensor
     inputs' gradients; jvp(tangents, *tensors, *scalars) the output's tangent."""
@@ -110,16 +112,22 @@ FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
 
 def _needs_derivative(tensors: tuple) -> bool:
     """An argument requires grad (grad mode on) or carries a forward-mode tangent."""
+    tensors = tuple(t for t in tensors if isinstance(t, torch.Tensor))  # None: the kernel's check says so
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return True
     return fwAD._current_level >= 0 and any(fwAD.unpack_dual(t).tangent is not None for t in tensors)
 
 
-def _functional_kernel(name: str, fn: type, n_tensors: int) -> Callable[..., Any]:
+def _functional_kernel(name: str, fn: type[torch.autograd.Function], n_tensors: int) -> Callable[..., Any]:
     op = getattr(_ops, name).default
 
     def kernel(*args: Any) -> Any:
-        if torch._C._are_functorch_transforms_active() and _needs_derivative(args[:n_tensors]):
+        if not _needs_derivative(args[:n_tensors]):
+            # Nothing to differentiate (no grad needed, or vmap alone): straight
+            # to the kernel; autograd.Function.apply costs ~20 us a call even then.
+            with torch._C._AutoDispatchBelowAutograd():
+                return op(*args)
+        if torch._C._are_functorch_transforms_active():
             # This kernel runs below torch.func's layers, where no Python
             # autograd.Function can take part in grad/jvp (torch's own
             # register_autograd gives silent zero tangents there): refuse.
@@ -130,10 +138,7 @@ def _functional_kernel(name: str, fn: type, n_tensors: int) -> Callable[..., Any
                 "torch.autograd.forward_ad (both supported), or the tierkit:: ops of tierkit-torch, whose "
                 "C++ autograd supports torch.func. (vmap without differentiation works.)"
             )
-        if not torch._C._are_functorch_transforms_active():
-            return fn.apply(*args)
-        with torch._C._AutoDispatchBelowAutograd():  # vmap alone: nothing to differentiate
-            return op(*args)
+        return fn.apply(*args)
 
     return kernel
 

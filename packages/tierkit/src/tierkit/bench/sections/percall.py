@@ -187,9 +187,9 @@ def targets(results: dict) -> list[dict]:
                 target(name, goal, round(r[0]["ratio"], 2), r[0]["ratio"] >= goal, "paired per repetition")
             )
     for kind, goals in (("bridge", BRIDGE_GOALS), ("dispatch", DISPATCH_GOALS)):
-        for r in _rows(results, kind):
-            goal = goals[r["n"]]
-            name = f"{r['impl']} >= {goal} x {r['peer']}, n = {r['n']:.0e}"
-            detail = f"{r['median_s'] * 1e6:.2f} us vs {r['peer_s'] * 1e6:.2f} us"
-            out.append(target(name, goal, round(r["ratio"], 2), r["ratio"] >= goal, detail))
+        for pair in _rows(results, kind):
+            goal = goals[pair["n"]]
+            name = f"{pair['impl']} >= {goal} x {pair['peer']}, n = {pair['n']:.0e}"
+            detail = f"{pair['median_s'] * 1e6:.2f} us vs {pair['peer_s'] * 1e6:.2f} us"
+            out.append(target(name, goal, round(pair["ratio"], 2), pair["ratio"] >= goal, detail))
     return out

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ..timing import interleaved, paired_ratio
@@ -60,7 +62,8 @@ def measure(cfg: Config) -> list[dict]:
             "torch.ops.tierkit.custom_add.default": torch.ops.tierkit.custom_add.default,
             "torch.ops.tierkit_stable.custom_add.default": torch.ops.tierkit_stable.custom_add.default,
         }
-        samples = interleaved({k: (lambda f=f: f(a, b)) for k, f in fns.items()}, cfg.reps * 2, 20_000)
+        calls: dict[str, Callable[[], object]] = {k: partial(f, a, b) for k, f in fns.items()}
+        samples = interleaved(calls, cfg.reps * 2, 20_000)
         rows += [
             row("stable_abi", s, impl=k, kind="dispatch", requires_grad=grad) for k, s in samples.items()
         ]
