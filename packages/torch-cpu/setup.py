@@ -42,7 +42,9 @@ macros: list[tuple[str, str | None]] = []
 if SANITIZE:
     # vptr checks need RTTI from torch's uninstrumented libraries: false alarms.
     flags = [f"-fsanitize={SANITIZE}", "-fno-sanitize=vptr", "-fno-omit-frame-pointer", "-g"]
-    compile_args += flags
+    # -O1, ASan's recommendation: instrumented -O3 took 3 min 10 s to build
+    # here, -O1 2 min 2 s, and the tests run as fast.
+    compile_args = [arg for arg in compile_args if arg != "-O3"] + ["-O1", *flags]
     link_args += flags
     macros.append(("TIERKIT_SANITIZE_BUILD", None))
 

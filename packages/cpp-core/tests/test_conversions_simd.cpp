@@ -106,6 +106,15 @@ void kernel_matches_scalar(ToFloat to_float, FromFloat from_float) {
     const float x = to_float(in[i].bits);
     ASSERT_EQ(out[i].bits, from_float(x * x + 0.5f)) << "input bits " << i;
   }
+  // Unaligned and not a multiple of the vector width: the scalar tail too.
+  const std::int64_t m = n - 3;
+  const auto ti = TensorView::contiguous(in.data() + 1, m, tierkit::dtype_of_v<T>, {m});
+  const auto to = TensorView::contiguous(out.data() + 1, m, tierkit::dtype_of_v<T>, {m});
+  tierkit::kernels::add(ti, ti, to, tierkit::kernels::PoolRunner{1});
+  for (std::int64_t i = 1; i <= m; ++i) {
+    const float x = to_float(in[i].bits);
+    ASSERT_EQ(out[i].bits, from_float(x + x)) << "input bits " << i;
+  }
 }
 
 TEST(VectorizedKernels, HalfMatchesScalarOnEveryInput) {

@@ -29,6 +29,8 @@ FENCE = re.compile(r"^```(bash|sh|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 SKIP = {
     ("README.md", "bash ci/nox.sh -s bench"): "the main job: builds everything and benchmarks for minutes; "
     "its --quick form runs in test_bench_smoke.py, the test command is what CI runs",
+    ("README.md", "bash ci/nox.sh -s tests-core -- -R"): "three sessions CI runs in full (tests); "
+    "test_workspace.py records that each passes its arguments to ctest or pytest",
     ("docs/architecture.md", 'Tier("mytier"'): "a fragment of ci/nox_support/tiers.py, not a program",
     ("docs/deploy.md", "cd packages/torch-cpu/examples/aoti-runner"): "needs raw tensor files (inputs.bin); "
     "torch-cpu's test_deploy.py builds this runner and runs it on files it writes",
@@ -47,6 +49,10 @@ SKIP = {
         "packages/pybind-bridge/README.md",
         "bash ci/nox.sh -s tests-bridge",
     ): "sessions CI runs (tests, sanitize)",
+    ("packages/pybind-bridge/README.md", "pip wheel --no-deps -w dist"): "the build session does the same "
+    "from the sdist (isolated, PIP_NO_INDEX=1, find-links dist/ and build/wheelhouse)",
+    ("packages/torch-stable/README.md", "pip install setuptools wheel"): "tests-stable builds this wheel "
+    "(from its sdist) and runs the same suite under torch 2.14.1 and 2.13.0",
     ("packages/tierkit/README.md", "tierkit doctor"): "a usage summary with placeholders (LOG, `...`); "
     "each form runs in test_checks.py and test_explain.py",
     ("packages/tierkit/README.md", "bash ci/nox.sh -s tests-tools"): "runs this very suite",

@@ -3,6 +3,7 @@ what a newcomer relies on without reading it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -81,12 +82,21 @@ class Recorder:
 session = Recorder()
 noxfile.run_tier_tests(session, "core", "-R", "Kernels")
 ctest = [c for c in session.calls if c[0] == "ctest"]
-print(ctest[0][-2:])
+session.calls.clear()
+noxfile.run_tier_tests(session, "torch", "-k", "forward_ad", "-x")
+torch = [c for c in session.calls if "pytest" in c]
+session.calls.clear()
+noxfile.run_cross_tier_tests(session, "-k", "journey")
+cross = [c for c in session.calls if "pytest" in c]
+import json
+print(json.dumps([ctest[0], torch[-1], cross[-1]]))
 """
 
 
-def test_tests_core_passes_its_arguments_to_ctest():
-    # `bash ci/nox.sh -s tests-core -- -R Kernels` once ran all 88 tests silently.
+def test_sessions_pass_their_arguments_to_the_runner():
+    # `bash ci/nox.sh -s tests-core -- -R Kernels` once ran all 88 tests
+    # silently. These are README.md's "Running one test" commands, recorded
+    # instead of run (test_docs skips them: each is a session CI runs whole).
     import pytest
 
     if not BOOTSTRAP.exists():
@@ -101,4 +111,7 @@ def test_tests_core_passes_its_arguments_to_ctest():
         .stdout.strip()
         .splitlines()[-1]
     )
-    assert out == "['-R', 'Kernels']"
+    ctest, torch, cross = json.loads(out)
+    assert ctest[-2:] == ["-R", "Kernels"]
+    assert torch[-3:] == ["-k", "forward_ad", "-x"] and torch[-4].endswith("packages/torch-cpu/tests")
+    assert cross[-2:] == ["-k", "journey"] and cross[-3] == str(ROOT / "tests")
