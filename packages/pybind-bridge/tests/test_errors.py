@@ -108,7 +108,24 @@ CASES = [
         "a: a raw byte Buffer has no element type",
     ),
     ("bad strides", lambda: _odd_strides(), ValueError, "a: strides must be multiples of the item size"),
-    ("alpha not a number", lambda: tb.scale_shift(F32, "2", 1), TypeError, "incompatible function arguments"),
+    (
+        "alpha not a number",
+        lambda: tb.scale_shift(F32, "2", 1),
+        TypeError,
+        r"scale_shift\(\): alpha: expected a real number \(float or int\), got str",
+    ),
+    ("c a bool", lambda: tb.muladd(F32, F32, True), TypeError, r"c: expected a real number .*got bool"),
+    (
+        "beta complex",
+        lambda: tb.scale_shift(F32, 1, 1j),
+        TypeError,
+        r"beta: expected a real number .*got complex",
+    ),
+    # The calling convention (vectorcall, parsed in C++): Python's own wording.
+    ("missing b", lambda: tb.add(F32), TypeError, r"add\(\) missing required argument: 'b'"),
+    ("too many", lambda: tb.add(F32, F32, F32), TypeError, r"add\(\) takes 2 positional arguments but 3"),
+    ("unknown keyword", lambda: tb.mul(F32, F32, outt=F32), TypeError, r"unexpected keyword argument 'outt'"),
+    ("twice", lambda: tb.muladd(F32, F32, 1.0, c=2.0), TypeError, r"multiple values for argument 'c'"),
 ]
 
 
@@ -141,3 +158,16 @@ def test_torch_int_tensor():
     t = torch.ones(3, dtype=torch.int32)
     with pytest.raises(TypeError, match="a: expected dtype float32, float64, float16 or bfloat16, got int32"):
         tb.add(t, t)
+
+
+def test_ops_take_keywords_and_numpy_scalars_like_a_def():
+    import inspect
+
+    x = np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(tb.muladd(a=x, b=x, c=np.int64(2)), x * x + 2)
+    np.testing.assert_array_equal(tb.scale_shift(x, np.float32(1.5), beta=-1), 1.5 * x - 1)
+    out = np.empty_like(x)
+    assert tb.add(x, b=x, out=out) is out
+    np.testing.assert_array_equal(out, x + x)
+    assert str(inspect.signature(tb.scale_shift)) == "(x, alpha, beta, *, out=None)"
+    assert str(inspect.signature(tb.add)) == "(a, b, *, out=None)"
