@@ -93,6 +93,21 @@ def tier_digest(name: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def tier_stamp(name: str, directory: Path = STAMPS) -> Path:
+    """The file whose existence says: tier `name`, from its current sources,
+    is already installed (or built) where `directory` keeps its stamps."""
+    return directory / f"{name}-{tier_digest(name)}"
+
+
+def mark_done(stamp: Path) -> None:
+    """Make `stamp` the one stamp of its tier in its directory."""
+    tier = stamp.name.rsplit("-", 1)[0]
+    for old in stamp.parent.glob(f"{tier}-*"):
+        old.unlink()
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
+
+
 def pip_install(session: nox.Session, py: str, path: Path, *args: str, env: dict | None = None) -> None:
     """pip-install one source tree against what the env already holds."""
     session.run(
@@ -117,12 +132,9 @@ def install_tiers(session: nox.Session, py: str, names) -> None:
     mtimes and make every tier above rebuild from scratch.
     """
     for name in names:
-        stamp = STAMPS / f"{name}-{tier_digest(name)}"
+        stamp = tier_stamp(name)
         if stamp.exists():
             session.log(f"{name}: installed and up to date")
             continue
         pip_install(session, py, ROOT / TIERS[name].path, "--force-reinstall")
-        for old in STAMPS.glob(f"{name}-*"):
-            old.unlink()
-        STAMPS.mkdir(parents=True, exist_ok=True)
-        stamp.touch()
+        mark_done(stamp)

@@ -92,6 +92,7 @@ def pytest_under_asan(session: nox.Session, py: str, *pytest_args: str) -> None:
 def sanitize_tier(session: nox.Session, py: str, name: str) -> None:
     """Instrumented build of `name`, its canary, then its pytest under ASan."""
     settings = TIERS[name].sanitized
+    assert settings is not None, f"tier {name} has no sanitizer settings in the tier table"
     install_sanitized(session, py, name)
     check_canary(session, py, settings.canary, "ERROR: AddressSanitizer: heap-buffer-overflow")
     pytest_under_asan(session, py, str(ROOT / TIERS[name].path / "tests"), *settings.pytest_args)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
     import nox
 
-from .env import BASE_PYTHON, BUILD_DIR, BUILD_ENV, DIST_DIR, ROOT, STAMPS, tier_digest
+from .env import BASE_PYTHON, BUILD_DIR, BUILD_ENV, DIST_DIR, ROOT, mark_done, tier_stamp
 from .tiers import TIERS
 
 SMOKE_DIR = BUILD_DIR / "smoke"
@@ -50,7 +50,7 @@ def wheel_of(name: str) -> Path:
 def build_from_sdist(session: nox.Session, py: str, name: str) -> Path:
     """sdist, then the wheel from that sdist, into dist/ (skipped when the
     wheel there was built from the same sources); returns the wheel."""
-    stamp = BUILT / f"{name}-{tier_digest(name)}"
+    stamp = tier_stamp(name, BUILT)
     if stamp.exists():
         session.log(f"{name}: wheel in dist/ is up to date")
         return wheel_of(name)
@@ -61,10 +61,7 @@ def build_from_sdist(session: nox.Session, py: str, name: str) -> Path:
         py, "-m", "build", "--no-isolation", "--outdir", str(DIST_DIR), str(ROOT / TIERS[name].path),
         external=True, env=BUILD_ENV,
     )  # fmt: skip
-    for old in BUILT.glob(f"{name}-*"):
-        old.unlink()
-    BUILT.mkdir(parents=True, exist_ok=True)
-    stamp.touch()
+    mark_done(stamp)
     return wheel_of(name)
 
 
@@ -72,14 +69,11 @@ def install_wheel(session: nox.Session, py: str, name: str, wheel: Path, force: 
     """Install a tier's wheel into the shared env and mark the tier up to date
     there, so the sessions after this one do not compile it again. `force`:
     even when the same sources are installed (from a source-tree build)."""
-    stamp = STAMPS / f"{name}-{tier_digest(name)}"
+    stamp = tier_stamp(name)
     if stamp.exists() and not force:
         return
     session.run(py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel), external=True)
-    for old in STAMPS.glob(f"{name}-*"):
-        old.unlink()
-    STAMPS.mkdir(parents=True, exist_ok=True)
-    stamp.touch()
+    mark_done(stamp)
 
 
 def _requirement_closure(root: str) -> list[importlib.metadata.Distribution]:

@@ -5,7 +5,9 @@ tiers are installed, on their metadata."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
+import subprocess
 import types
 from pathlib import Path
 
@@ -99,7 +101,53 @@ def test_version_comes_from_the_installed_metadata(dist, module):
     assert __import__(module).__version__ == version
 
 
-def test_system_deps_checks_python_headers():
-    script = (ROOT / "ci/system-deps.sh").read_text()
-    assert 'sysconfig; print(sysconfig.get_path("include"))' in script
-    assert "python3-dev" in script
+def _system_deps(tmp_path, include_dir: Path) -> subprocess.CompletedProcess:
+    """ci/system-deps.sh with a fake python3 (outside /usr/bin) whose sysconfig
+    include dir is `include_dir`, and an apt-get that only records its calls."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    python3 = bindir / "python3"
+    python3.write_text(
+        '#!/bin/sh\ncase "$2" in *sysconfig*) echo "' + str(include_dir) + '" ;; esac\nexit 0\n'
+    )
+    apt = bindir / "apt-get"
+    apt.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "apt.log"}\n')
+    for exe in (python3, apt):
+        exe.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", str(ROOT / "ci/system-deps.sh")], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_system_deps_names_missing_python_headers_of_a_non_system_python(tmp_path):
+    proc = _system_deps(tmp_path, tmp_path / "no-such-include")
+    assert proc.returncode == 1
+    assert f"{tmp_path / 'no-such-include'}/Python.h is missing" in proc.stderr
+    assert f"{tmp_path / 'bin' / 'python3'} was installed without its" in proc.stderr
+    assert not (tmp_path / "apt.log").exists()  # not apt's business: it is not Debian's python
+
+
+def test_system_deps_accepts_headers_where_sysconfig_says(tmp_path):
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "Python.h").write_text("")
+    proc = _system_deps(tmp_path, include)
+    assert proc.returncode == 0, proc.stderr
+    log = (tmp_path / "apt.log").read_text() if (tmp_path / "apt.log").exists() else ""
+    assert "python3-dev" not in log
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="no system python3 at /usr/bin")
+def test_system_deps_with_the_distribution_python(tmp_path):
+    # Debian's own interpreter first on PATH: its headers are python3-dev's.
+    env = {**os.environ, "PATH": f"/usr/bin:{os.environ['PATH']}"}
+    include = subprocess.check_output(
+        ["/usr/bin/python3", "-c", "import sysconfig; print(sysconfig.get_path('include'))"], text=True
+    ).strip()
+    if not Path(include, "Python.h").exists():
+        pytest.skip(f"python3-dev is not installed here ({include}/Python.h)")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "ci/system-deps.sh")], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr

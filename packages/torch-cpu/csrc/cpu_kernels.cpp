@@ -49,8 +49,8 @@ void run_flat(const std::array<at::Tensor, N>& t, const Kernel& kernel, std::ind
 // through contiguous copies (rare).
 template <std::size_t N, typename Kernel>
 void run_views(std::array<at::Tensor, N> t, const Kernel& kernel) {
-  bool flat = true;
-  for (const at::Tensor& x : t) flat = flat && same_dense_layout({&x, &t[0]});
+  // One pass over all operands (each one's density computed once).
+  const bool flat = std::apply([](const auto&... x) { return same_dense_layout({&x...}); }, t);
   if (flat) return run_flat(t, kernel, std::make_index_sequence<N - 1>{});
   const auto each = [&](auto view_of) {
     std::array<tierkit::TensorView, N> v;

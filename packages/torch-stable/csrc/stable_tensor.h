@@ -236,8 +236,8 @@ void run_views(const char* op, std::array<Tensor, N> t, const Kernel& kernel) {
     for (std::size_t i = 0; i < N; ++i) v[i] = view_of(t[i]);
     core_check(op, [&] { std::apply([&](const auto&... views) { kernel(views...); }, v); });
   };
-  bool flat = true;
-  for (const Tensor& x : t) flat = flat && same_dense_layout({&x, &t[0]});
+  // One pass over all operands (each one's density computed once).
+  const bool flat = std::apply([](const auto&... x) { return same_dense_layout({&x...}); }, t);
   if (flat) return each(as_flat_view);
   Tensor& out = t[N - 1];
   if (out.dim() <= tierkit::kMaxRank) return each(as_view);

@@ -101,15 +101,25 @@ inline SimdLevel simd_level() {
   }();
   return level;
 }
+// The vector loops are unrolled (GCC's -funroll-loops for these two
+// functions only; Clang interleaves vectorized loops by itself): a loop of
+// one vector per iteration measured 1.95 us for a 1e4-element float add on
+// AMD Zen 3 when the operands sit at unlucky offsets modulo 4 KiB (as numpy
+// happens to place them), 1.45-1.55 us unrolled; other offsets ~1.3 us
+// either way.
+#if defined(__GNUC__) && !defined(__clang__)
+#define TIERKIT_UNROLLED , optimize("unroll-loops")
+#else
+#define TIERKIT_UNROLLED
+#endif
 template <typename T, typename Op, typename... In>
-__attribute__((target("avx2"))) void map_contiguous_avx2(const Op& op, T* out, std::int64_t n,
-                                                         const In*... in) {
+__attribute__((target("avx2") TIERKIT_UNROLLED)) void map_contiguous_avx2(const Op& op, T* out,
+                                                                          std::int64_t n, const In*... in) {
   TIERKIT_MAP_LOOP
 }
 template <typename T, typename Op, typename... In>
-__attribute__((target("avx2,avx512f,avx512bw,avx512vl"))) void map_contiguous_avx512(const Op& op, T* out,
-                                                                                     std::int64_t n,
-                                                                                     const In*... in) {
+__attribute__((target("avx2,avx512f,avx512bw,avx512vl") TIERKIT_UNROLLED)) void map_contiguous_avx512(
+    const Op& op, T* out, std::int64_t n, const In*... in) {
   TIERKIT_MAP_LOOP
 }
 
@@ -228,6 +238,7 @@ void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
   TIERKIT_MAP_LOOP
 }
 #undef TIERKIT_MAP_LOOP
+#undef TIERKIT_UNROLLED
 
 template <typename T>
 void add(const T* a, const T* b, T* out, std::int64_t n) {

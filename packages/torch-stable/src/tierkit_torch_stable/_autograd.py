@@ -110,19 +110,22 @@ FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
 }
 
 
-def _needs_derivative(tensors: tuple) -> bool:
-    """An argument requires grad (grad mode on) or carries a forward-mode tangent."""
+def _derivative_needed(tensors: tuple) -> str | None:
+    """What differentiation the arguments ask for: "grad" (one requires grad,
+    grad mode on), "tangent" (one carries a forward-mode tangent), or None."""
     tensors = tuple(t for t in tensors if isinstance(t, torch.Tensor))  # None: the kernel's check says so
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return True
-    return fwAD._current_level >= 0 and any(fwAD.unpack_dual(t).tangent is not None for t in tensors)
+        return "grad"
+    if fwAD._current_level >= 0 and any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
+        return "tangent"
+    return None
 
 
 def _functional_kernel(name: str, fn: type[torch.autograd.Function], n_tensors: int) -> Callable[..., Any]:
     op = getattr(_ops, name).default
 
     def kernel(*args: Any) -> Any:
-        if not _needs_derivative(args[:n_tensors]):
+        if _derivative_needed(args[:n_tensors]) is None:
             # Nothing to differentiate (no grad needed, or vmap alone): straight
             # to the kernel; autograd.Function.apply costs ~20 us a call even then.
             with torch._C._AutoDispatchBelowAutograd():
@@ -144,12 +147,13 @@ def _functional_kernel(name: str, fn: type[torch.autograd.Function], n_tensors: 
 
 
 def _refuse_autodiff(op: str, tensors: tuple) -> None:
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    needed = _derivative_needed(tensors)
+    if needed == "grad":
         raise RuntimeError(
             f"{op}: writes into `out` and does not support automatic differentiation (an argument requires "
             "grad); use the functional overload, or call it under torch.no_grad()"
         )
-    if fwAD._current_level >= 0 and any(fwAD.unpack_dual(t).tangent is not None for t in tensors):
+    if needed == "tangent":
         raise RuntimeError(
             f"{op}: writes into `out` and does not support forward-mode AD (an argument carries a tangent); "
             "use the functional overload"

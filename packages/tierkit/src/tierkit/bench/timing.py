@@ -5,6 +5,13 @@ time, so figures are only comparable when measured side by side. Each
 repetition runs every implementation once (in a rotating order), so all of
 them see the same machine state; statistics are taken per implementation
 over repetitions, and ratios are taken within a repetition.
+
+Each sample starts with one untimed call of its own implementation, so it
+does not pay for what the previous one left behind. The case that made this
+necessary: torch's OpenMP workers keep spinning for milliseconds after a
+torch op returns, and on two cores the bridge's second thread then shares a
+core with them (a 1.6e7-element bridge scale_shift took 18.2 ms right after
+a torch op, 10.4 ms alone).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ def interleaved(
     for rep in range(reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate: no fixed position bias
         for name in order:
+            impls[name]()  # settle: see the module docstring
             out[name].append(per_call(impls[name], inner))
     return {name: Samples(values) for name, values in out.items()}
 
