@@ -21,6 +21,7 @@ import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from tierkit_core.torch_build import (
+    debug_info_flags,
     python_free,
     remove_stale_python_modules,
     tier_version,
@@ -36,7 +37,15 @@ SANITIZE = os.environ.get("TIERKIT_SANITIZE", "")
 # `#pragma omp parallel` compiled into *this* library; without the flag it
 # silently runs on one thread (measured: add_out at 1.6e7 took 13.5 ms with
 # 1 or 2 torch threads alike). libgomp.so.1 resolves to the copy torch loads.
-compile_args = ["-O3", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter", *tierkit_core.cxx_flags()]
+compile_args = [
+    "-O3",
+    "-fopenmp",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    *tierkit_core.cxx_flags(),
+    *debug_info_flags(),
+]
 link_args: list[str] = ["-fopenmp"]
 macros: list[tuple[str, str | None]] = []
 if SANITIZE:

@@ -54,6 +54,7 @@ if not CUDA_HOME or not nvcc.exists():
 import tierkit_core  # noqa: E402  (core's headers: dtypes, checks)
 import tierkit_torch  # noqa: E402  (for its shared checks header)
 from tierkit_core.torch_build import (  # noqa: E402
+    debug_info_flags,
     python_free,
     remove_stale_python_modules,
     tier_version,
@@ -88,7 +89,7 @@ setup(
                 # No FMA contraction anywhere: results must be bit-identical to
                 # eager torch and to the CPU tiers (tests-cuda checks the SASS).
                 extra_compile_args={
-                    "cxx": ["-O3", "-Wall", *tierkit_core.cxx_flags()],
+                    "cxx": ["-O3", "-Wall", *tierkit_core.cxx_flags(), *debug_info_flags()],
                     "nvcc": ["-O3", "--fmad=false"],
                 },
             )

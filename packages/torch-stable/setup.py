@@ -18,7 +18,7 @@ import tierkit_core
 import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from tierkit_core.torch_build import python_free, torch_facts
+from tierkit_core.torch_build import debug_info_flags, python_free, torch_facts
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +33,7 @@ compile_args = [
     "-Wextra",
     "-Wno-unused-parameter",
     f"-DTORCH_TARGET_VERSION=0x{TARGET:016x}",
+    *debug_info_flags(),
 ]
 
 
