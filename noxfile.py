@@ -131,6 +131,7 @@ def sanitize(session: nox.Session) -> None:
         "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
         "-DTIERKIT_SANITIZE=thread",
         ctest_args=("-R", "CachingAllocator|ThreadPool|Kernels|canary"),
+        targets=("core_tests", "tsan_canary"),  # not fp_contract_tests: nothing threaded there
     )
     sanitized = [name for name, tier in TIERS.items() if tier.sanitized]
     py = env_with(session, ["core"], *requirements_for(sanitized))

@@ -12,8 +12,11 @@ from .env import MAX_JOBS, ROOT
 from .tiers import TIERS
 
 
-def run_core_ctest(session: nox.Session, build_dir: Path, *cmake_args: str, ctest_args=()) -> None:
-    """Build core's tests in `build_dir` with `cmake_args`; run CTest with `ctest_args`."""
+def run_core_ctest(
+    session: nox.Session, build_dir: Path, *cmake_args: str, ctest_args=(), targets: tuple[str, ...] = ()
+) -> None:
+    """Build core's tests in `build_dir` with `cmake_args` (only `targets`,
+    when given); run CTest with `ctest_args`."""
     core = ROOT / TIERS["core"].path
     session.run(
         "cmake",
@@ -27,5 +30,6 @@ def run_core_ctest(session: nox.Session, build_dir: Path, *cmake_args: str, ctes
         *cmake_args,
         external=True,
     )
-    session.run("cmake", "--build", str(build_dir), "-j", MAX_JOBS, external=True)
+    target_args = ["--target", *targets] if targets else []
+    session.run("cmake", "--build", str(build_dir), "-j", MAX_JOBS, *target_args, external=True)
     session.run("ctest", "--test-dir", str(build_dir), "--output-on-failure", *ctest_args, external=True)

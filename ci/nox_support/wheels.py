@@ -141,19 +141,20 @@ def smoke_test(session: nox.Session, py: str, name: str) -> None:
     tier = TIERS[name]
     venv = SMOKE_DIR / name
     shutil.rmtree(venv, ignore_errors=True)
-    session.run(BASE_PYTHON, "-m", "venv", str(venv), external=True)
+    # Without pip (nor the setuptools Python < 3.12 venvs get, which would
+    # shadow the newer one torch requires): the shared env's pip installs
+    # into it with --python, so the venv holds only the wheel and what it
+    # declares.
+    session.run(BASE_PYTHON, "-m", "venv", "--without-pip", str(venv), external=True)
     vpy = str(venv / "bin" / "python")
     if tier.runtime_torch:
-        # The venv's own setuptools (Python < 3.12 venvs get one) would shadow
-        # the linked, newer one torch requires.
-        session.run(vpy, "-m", "pip", "uninstall", "-q", "-y", "setuptools", external=True, silent=True)
         site = subprocess.check_output([vpy, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
         Path(site.decode().strip(), "_shared_torch.pth").write_text(str(torch_view(session, py)) + "\n")
+    pip = [py, "-m", "pip", "--python", vpy]
     session.run(
-        vpy, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel_of(name)),
-        external=True,
+        *pip, "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel_of(name)), external=True
     )  # fmt: skip
-    session.run(vpy, "-m", "pip", "check", external=True)
+    session.run(*pip, "check", external=True)
     session.run(vpy, "-c", tier.smoke, external=True, env={"TIERKIT_SMOKE_VENV": str(venv)})
 
 
