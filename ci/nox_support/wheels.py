@@ -158,6 +158,23 @@ def smoke_test(session: nox.Session, py: str, name: str) -> None:
     session.run(vpy, "-c", tier.smoke, external=True, env={"TIERKIT_SMOKE_VENV": str(venv)})
 
 
+def _extract_data(archive: tarfile.TarFile, out: Path) -> None:
+    """extractall with tarfile's "data" filter (no links, devices or paths
+    outside `out`). The filter exists from Python 3.11.4 and 3.12; Debian 12's
+    python3 is 3.11.2, so there the same rules are checked by hand."""
+    if hasattr(tarfile, "data_filter"):
+        archive.extractall(out, filter="data")
+        return
+    root = out.resolve()
+    for member in archive.getmembers():
+        target = (out / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
+            raise RuntimeError(
+                f"{member.name}: not a plain file or directory inside {out}; refusing to extract"
+            )
+    archive.extractall(out)  # every member checked above
+
+
 def isolated_build(session: nox.Session, py: str, name: str) -> None:
     """Build from the sdist with build isolation, the build requirements
     resolved only from dist/ (tiers) and build/wheelhouse (public backends,
@@ -176,7 +193,7 @@ def isolated_build(session: nox.Session, py: str, name: str) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     with tarfile.open(sdist) as archive:
-        archive.extractall(out, filter="data")
+        _extract_data(archive, out)
     source = next(p for p in out.iterdir() if p.is_dir())
     session.run(
         py, "-m", "build", "--wheel", "--outdir", str(out), str(source),
