@@ -145,16 +145,20 @@ struct Signature {
   std::size_t count;
 };
 
-[[noreturn]] void signature_error(const std::string& message) { throw py::type_error(message); }
+// Only on the error path: the message names the function and the keyword.
+[[noreturn]] void signature_error(const Signature& sig, const std::string& what) {
+  throw py::type_error(std::string(sig.name) + "() " + what);
+}
+std::string keyword_name(PyObject* key) { return py::str(key).cast<std::string>(); }
 
 // Binds (args, nargs, kwnames) to slots[0..count) and slots[count] (`out`,
-// may stay null); the TypeErrors read as Python's own for a def.
+// may stay null); the TypeErrors read as Python's own for a def. Nothing is
+// allocated or decoded unless an error is raised.
 void bind_arguments(const Signature& sig, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
                     PyObject** slots) {
-  const std::string fn = std::string(sig.name) + "()";
   if (static_cast<std::size_t>(nargs) > sig.count) {
-    signature_error(fn + " takes " + std::to_string(sig.count) + " positional arguments but " +
-                    std::to_string(nargs) + " were given");
+    signature_error(sig, "takes " + std::to_string(sig.count) + " positional arguments but " +
+                             std::to_string(nargs) + " were given");
   }
   for (Py_ssize_t i = 0; i < nargs; ++i) slots[i] = args[i];
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -165,13 +169,13 @@ void bind_arguments(const Signature& sig, PyObject* const* args, Py_ssize_t narg
     for (std::size_t j = 0; j < sig.count && slot > sig.count; ++j) {
       if (PyUnicode_CompareWithASCIIString(key, sig.params[j]) == 0) slot = j;
     }
-    const std::string name = py::str(key).cast<std::string>();
-    if (slot > sig.count) signature_error(fn + " got an unexpected keyword argument '" + name + "'");
-    if (slots[slot]) signature_error(fn + " got multiple values for argument '" + name + "'");
+    if (slot > sig.count)
+      signature_error(sig, "got an unexpected keyword argument '" + keyword_name(key) + "'");
+    if (slots[slot]) signature_error(sig, "got multiple values for argument '" + keyword_name(key) + "'");
     slots[slot] = args[nargs + k];
   }
   for (std::size_t j = 0; j < sig.count; ++j) {
-    if (!slots[j]) signature_error(fn + " missing required argument: '" + sig.params[j] + "'");
+    if (!slots[j]) signature_error(sig, std::string("missing required argument: '") + sig.params[j] + "'");
   }
 }
 
