@@ -8,6 +8,7 @@ the sanitizer harness (sanitizers.py).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,11 @@ from nox_support.env import (
     shared_env,
 )
 from nox_support.tiers import BENCH, CROSS_TIERS, LINT, TIERS, requirements_for, with_deps
+
+# torch.compile's cache goes inside the checkout (build/ is ignored and removed
+# with it), not /tmp/torchinductor_<user>, where every clone's runs pile up
+# gigabytes that nothing removes.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(BUILD_DIR / "inductor-cache"))
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "none"

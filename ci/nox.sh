@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Entry point for every tierkit command on a fresh machine: installs the
-# system packages (ci/system-deps.sh), puts nox in its own small venv, then
+# Entry point for every tierkit command on a fresh machine: checks there is
+# disk for the run (ci/disk-space.sh), installs the system packages
+# (ci/system-deps.sh), puts nox in its own small venv, then
 # runs nox with the arguments given, e.g. `bash ci/nox.sh -s tests sanitize`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+bash ci/disk-space.sh
 bash ci/system-deps.sh
 boot=.nox/_bootstrap
 if [ ! -x "$boot/bin/nox" ]; then

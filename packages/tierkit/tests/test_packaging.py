@@ -101,6 +101,50 @@ def test_version_comes_from_the_installed_metadata(dist, module):
     assert __import__(module).__version__ == version
 
 
+def _disk_space(tmp_path, free_kb: dict[str, int], **env_vars: str) -> subprocess.CompletedProcess:
+    """ci/disk-space.sh with a fake df reporting `free_kb` per folder (others: 100 GB)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    cases = "".join(f'  "{path}") free={kb} ;;\n' for path, kb in free_kb.items())
+    df = bindir / "df"
+    df.write_text(
+        f'#!/bin/sh\nfree=104857600\ncase "$2" in\n{cases}esac\n'
+        'echo "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
+        'echo "/dev/fake 1 1 $free 1% /"\n'
+    )
+    df.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", **env_vars}
+    return subprocess.run(
+        ["bash", str(ROOT / "ci/disk-space.sh")], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def test_disk_space_passes_with_room(tmp_path):
+    proc = _disk_space(tmp_path, {}, TMPDIR=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+
+
+def test_disk_space_names_the_full_checkout_what_it_needs_and_has(tmp_path):
+    proc = _disk_space(tmp_path, {str(ROOT): 3 * 1048576}, TMPDIR=str(tmp_path), TIERKIT_MIN_FREE_GB="10")
+    assert proc.returncode == 1
+    assert f"tierkit: {ROOT} has 3 GB free; this run" in proc.stderr
+    assert "needs at least 10 GB" in proc.stderr
+
+
+def test_disk_space_names_a_full_temp_directory(tmp_path):
+    proc = _disk_space(tmp_path, {str(tmp_path): 3500}, TMPDIR=str(tmp_path))
+    assert proc.returncode == 1
+    assert f"tierkit: {tmp_path} has 0 GB free; the temp directory" in proc.stderr
+    assert str(ROOT) not in proc.stderr  # the checkout itself has room
+
+
+def test_nox_entry_point_checks_disk_before_anything_else():
+    lines = (ROOT / "ci/nox.sh").read_text().splitlines()
+    commands = [line for line in lines if line and not line.startswith(("#", "set ", "cd "))]
+    assert commands[0] == "bash ci/disk-space.sh"
+
+
 def _system_deps(tmp_path, include_dir: Path) -> subprocess.CompletedProcess:
     """ci/system-deps.sh with a fake python3 (outside /usr/bin) whose sysconfig
     include dir is `include_dir`, and an apt-get that only records its calls."""

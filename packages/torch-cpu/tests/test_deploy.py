@@ -55,6 +55,14 @@ LOAD_AND_RUN = textwrap.dedent("""
 """)
 
 
+def unpack_into(tmp: Path, environ) -> dict[str, str]:
+    """The environment with TMPDIR set to the test's own folder: torch's
+    package loader unpacks each .pt2 into a fresh aotinductor_* folder under
+    the temp directory and, when loading fails (the operator library missing),
+    never removes it; left to /tmp, every run of these tests left three."""
+    return {**environ, "TMPDIR": str(tmp)}
+
+
 def run_python(package_path: Path, tmp: Path, imports: str):
     code = LOAD_AND_RUN.format(imports=imports, tests=str(Path(__file__).parent))
     return subprocess.run(
@@ -62,6 +70,7 @@ def run_python(package_path: Path, tmp: Path, imports: str):
         capture_output=True,
         text=True,
         timeout=300,
+        env=unpack_into(tmp, os.environ),
     )
 
 
@@ -109,7 +118,7 @@ def runner(tmp_path_factory):
 
 def test_cpp_runner_without_python_bit_equal_to_eager(package, runner):
     path, tmp, eager = package
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env = unpack_into(tmp, {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")})
     proc = subprocess.run(
         [
             str(runner),
@@ -136,6 +145,7 @@ def test_cpp_runner_without_the_operator_library_fails_clearly(package, runner):
         [str(runner), str(path), str(tmp / "inputs.bin"), str(tmp / "none.bin")],
         capture_output=True,
         text=True,
+        env=unpack_into(tmp, os.environ),
     )
     if proc.returncode == 2:  # usage: only three arguments; pass an unrelated library instead
         libc10 = str(Path(torch.__file__).parent / "lib" / "libc10.so")
@@ -143,6 +153,7 @@ def test_cpp_runner_without_the_operator_library_fails_clearly(package, runner):
             [str(runner), libc10, str(path), str(tmp / "inputs.bin"), str(tmp / "none.bin")],
             capture_output=True,
             text=True,
+            env=unpack_into(tmp, os.environ),
         )
     assert proc.returncode == 1
     assert "tierkit::" in proc.stderr, proc.stderr[-2000:]
