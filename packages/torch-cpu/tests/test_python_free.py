@@ -3,21 +3,10 @@ runner) can load it with nothing but libtorch."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import tierkit_torch
-
-
-def python_dependencies(library: str) -> list[str]:
-    """Py* symbols the library imports, and Python libraries it needs."""
-    undefined = subprocess.run(
-        ["nm", "-D", "--undefined-only", library], capture_output=True, text=True, check=True
-    ).stdout.split()
-    needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True, check=True).stdout
-    found = sorted({s for s in undefined if s.startswith(("Py", "_Py"))})
-    found += [line for line in needed.splitlines() if "NEEDED" in line and ("python" in line.lower())]
-    return found
+from tierkit_core.torch_build import python_dependencies
 
 
 def test_operator_library_has_no_python_dependency():

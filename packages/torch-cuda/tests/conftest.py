@@ -18,16 +18,3 @@ OPS = [
     "muladd.out",
 ]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-
-
-def python_dependencies(library: str) -> list[str]:
-    """Py* symbols the library imports, and Python libraries it needs."""
-    import subprocess
-
-    undefined = subprocess.run(
-        ["nm", "-D", "--undefined-only", library], capture_output=True, text=True, check=True
-    ).stdout.split()
-    needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True, check=True).stdout
-    found = sorted({s for s in undefined if s.startswith(("Py", "_Py"))})
-    found += [line for line in needed.splitlines() if "NEEDED" in line and "python" in line.lower()]
-    return found

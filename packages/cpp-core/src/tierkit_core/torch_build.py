@@ -12,6 +12,7 @@ callers pass the module in."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -77,6 +78,24 @@ def python_free(ext):
     it a C++ program (an AOTInductor runner) can load the library."""
     ext.libraries = [lib for lib in ext.libraries if lib != "torch_python"]
     return ext
+
+
+def python_dependencies(library: str | Path) -> list[str]:
+    """What ties a built library to Python: the Py*/_Py* symbols it imports
+    and the DT_NEEDED entries naming a Python library (libpython,
+    libtorch_python). Empty for an operator library built with python_free;
+    the torch tiers' tests assert that on what they built."""
+    undefined = subprocess.run(
+        ["nm", "-D", "--undefined-only", str(library)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    needed = subprocess.run(
+        ["readelf", "-d", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    found = sorted({s.split("@")[0] for s in undefined if s.startswith(("Py", "_Py"))})
+    found += [
+        line.split()[-1] for line in needed.splitlines() if "NEEDED" in line and "python" in line.lower()
+    ]
+    return found
 
 
 def remove_stale_python_modules(tier_dir: Path, package: str) -> None:
