@@ -77,6 +77,7 @@ def test_out_rules_follow_aten(op, gen):
     empty = torch.empty(0)
     OUT_CALLS[op](a, b, empty)  # an empty out is resized
     assert empty.shape == (4, 6)
+    torch.testing.assert_close(empty, expected(op, *([a, b][: ARITY[op]])), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match=r"out: expected shape \[4, 6\] \(same as (a|x)\), got \[3\]"):
         OUT_CALLS[op](a, b, torch.empty(3))
     with pytest.raises(RuntimeError, match=r"out: expected dtype float32 \(same as (a|x)\), got float64"):
