@@ -3,9 +3,11 @@
 # disk cannot hold a run. A full disk otherwise shows up minutes in as an
 # unrelated error (python3 -m venv: "ensurepip ... returned non-zero exit
 # status 1", pip: "No space left on device" half-way through torch).
-# A first run needs about 8 GB in the checkout (the shared env with CUDA torch
-# is 5.5 GB, builds and wheels the rest), later runs reuse it; temp space is
-# for pip's unpacking and compiler scratch files.
+# A finished first run leaves about 7 GB in the checkout (the shared env with
+# CUDA torch is 5.5 GB, builds and wheels the rest); 10 GB is asked for, to
+# leave room for what pip and the builds hold while they run. Later runs reuse
+# the env and need 2 GB. Temp space is for pip's unpacking and compiler
+# scratch files.
 # TIERKIT_MIN_FREE_GB overrides the checkout's figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -22,7 +22,7 @@ def debug_info_flags() -> list[str]:
     a file's compile time here (torch-cpu's autograd.cpp 55 s -> 25 s,
     cpu_kernels.cpp 38 s -> 26 s) and filled the library with debug info of
     torch's headers (cpu_kernels.o 9.5 MB -> 0.55 MB). Sanitizer builds add
-    ``-g`` back after it, for their reports."""
+    ``-g1`` (line tables) after it, for their reports' file:line."""
     return [] if os.environ.get("TIERKIT_DEBUG_INFO") == "1" else ["-g0"]
 
 
