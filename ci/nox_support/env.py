@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +22,10 @@ if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this modu
 from .tiers import TIERS
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV_DIR = ROOT / ".nox" / "_env"
+# TIERKIT_NOX_ENV moves the shared env (and its stamps) elsewhere: tests that
+# drive the sessions with a recording fake point it at a scratch folder, so
+# they can never stamp a tier in the developer's env that was not installed.
+ENV_DIR = Path(os.environ.get("TIERKIT_NOX_ENV") or ROOT / ".nox" / "_env")
 STAMPS = ENV_DIR / ".tierkit-stamps"
 BUILD_DIR = ROOT / "build"
 DIST_DIR = ROOT / "dist"
@@ -125,16 +129,46 @@ def pip_install(session: nox.Session, py: str, path: Path, *args: str, env: dict
     )
 
 
+_FIND_MODULES = """
+import importlib.util, sys
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))
+"""
+
+
+def missing_modules(py: str, modules: list[str]) -> set[str]:
+    """Which of `modules` the interpreter `py` cannot find (found, not
+    imported: importing the torch tiers would cost seconds a call)."""
+    if not modules:
+        return set()
+    if not Path(py).exists():
+        return set(modules)
+    proc = subprocess.run([py, "-c", _FIND_MODULES, *modules], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return set(modules)
+    return set(proc.stdout.split())
+
+
 def install_tiers(session: nox.Session, py: str, names) -> None:
     """pip-install tiers in order, skipping those unchanged since their last install.
 
     Reinstalling an unchanged tier would rewrite core's headers with new
-    mtimes and make every tier above rebuild from scratch.
+    mtimes and make every tier above rebuild from scratch. A stamp vouches
+    only for what is really there: a stamped tier whose package `py` cannot
+    find (removed by hand, or stamped by a failed run) is reinstalled; a
+    stamp is written only once the install succeeded and its package is found.
     """
+    names = list(names)
+    stamped = [name for name in names if tier_stamp(name).exists()]
+    gone = missing_modules(py, [TIERS[name].module for name in stamped])
     for name in names:
         stamp = tier_stamp(name)
-        if stamp.exists():
+        if stamp.exists() and TIERS[name].module not in gone:
             session.log(f"{name}: installed and up to date")
             continue
+        if stamp.exists():
+            session.log(f"{name}: stamped as installed, but {py} cannot find {TIERS[name].module}: reinstalling")
+            stamp.unlink()
         pip_install(session, py, ROOT / TIERS[name].path, "--force-reinstall")
+        if missing_modules(py, [TIERS[name].module]):
+            session.error(f"{name}: pip installed {TIERS[name].path}, yet {py} cannot find {TIERS[name].module}")
         mark_done(stamp)

@@ -62,6 +62,7 @@ class Sanitized:
 class Tier:
     name: str  # session suffix: tests-<name>
     path: str  # source directory
+    module: str  # the import name: an installed tier's stamp is trusted only while this is found
     # "pytest": pytest <path>/tests; "ctest": CMake + CTest (plus its Python check);
     # "stable-abi": one wheel, pytest under torch 2.14.1 (.nox/_env) and TORCH_OLDEST
     kind: str = "pytest"
@@ -85,6 +86,7 @@ TIERS: dict[str, Tier] = {
         Tier(
             "core",
             "packages/cpp-core",
+            "tierkit_core",
             kind="ctest",
             smoke=SMOKE_CORE,
             public_build_requires=("scikit-build-core>=1.1",),
@@ -93,6 +95,7 @@ TIERS: dict[str, Tier] = {
         Tier(
             "bridge",
             "packages/pybind-bridge",
+            "tierkit_bridge",
             needs=("core",),
             requirements=(BASE, TORCH),
             sanitized=Sanitized(
@@ -108,6 +111,7 @@ TIERS: dict[str, Tier] = {
         Tier(
             "torch",
             "packages/torch-cpu",
+            "tierkit_torch",
             needs=("core",),
             requirements=(BASE, TORCH),
             sanitized=Sanitized(
@@ -128,6 +132,7 @@ TIERS: dict[str, Tier] = {
         Tier(
             "cuda",
             "packages/torch-cuda",
+            "tierkit_cuda",
             needs=("core", "torch"),
             requirements=(BASE, TORCH),
             cuda=True,
@@ -137,6 +142,7 @@ TIERS: dict[str, Tier] = {
         Tier(
             "stable",
             "packages/torch-stable",
+            "tierkit_torch_stable",
             kind="stable-abi",
             needs=("core",),
             requirements=(BASE, TORCH),
@@ -147,6 +153,7 @@ TIERS: dict[str, Tier] = {
         Tier(
             "tools",
             "packages/tierkit",
+            "tierkit",
             requirements=(BASE, TORCH, BENCH),
             smoke=SMOKE_TOOLS,
             public_build_requires=("hatchling>=1.27",),

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
     import nox
 
-from .env import BASE_PYTHON, BUILD_DIR, BUILD_ENV, DIST_DIR, ROOT, mark_done, tier_stamp
+from .env import BASE_PYTHON, BUILD_DIR, BUILD_ENV, DIST_DIR, ROOT, mark_done, missing_modules, tier_stamp
 from .tiers import TIERS
 
 SMOKE_DIR = BUILD_DIR / "smoke"
@@ -70,9 +70,12 @@ def install_wheel(session: nox.Session, py: str, name: str, wheel: Path, force: 
     there, so the sessions after this one do not compile it again. `force`:
     even when the same sources are installed (from a source-tree build)."""
     stamp = tier_stamp(name)
-    if stamp.exists() and not force:
+    module = TIERS[name].module
+    if stamp.exists() and not force and not missing_modules(py, [module]):
         return
     session.run(py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel), external=True)
+    if missing_modules(py, [module]):
+        session.error(f"{name}: pip installed {wheel.name}, yet {py} cannot find {module}")
     mark_done(stamp)
 
 
