@@ -1,4 +1,4 @@
-"""Configure, build and run core's GoogleTest suite with CMake and CTest."""
+"""Configure, build and run a CMake tier's own test suite with CTest."""
 
 from __future__ import annotations
 
@@ -12,21 +12,27 @@ from .env import MAX_JOBS, ROOT
 from .tiers import TIERS
 
 
-def run_core_ctest(
-    session: nox.Session, build_dir: Path, *cmake_args: str, ctest_args=(), targets: tuple[str, ...] = ()
+def run_ctest(
+    session: nox.Session,
+    name: str,
+    build_dir: Path,
+    *cmake_args: str,
+    ctest_args=(),
+    targets: tuple[str, ...] = (),
 ) -> None:
-    """Build core's tests in `build_dir` with `cmake_args` (only `targets`,
-    when given); run CTest with `ctest_args`."""
-    core = ROOT / TIERS["core"].path
+    """Build tier `name`'s CMake project in `build_dir`, its tests switched on
+    (the tier's `cmake_args`) plus `cmake_args` (only `targets`, when given);
+    run CTest with `ctest_args`."""
+    tier = TIERS[name]
     session.run(
         "cmake",
         "-S",
-        str(core),
+        str(ROOT / tier.path),
         "-B",
         str(build_dir),
         "-G",
         "Ninja",
-        "-DTIERKIT_CORE_BUILD_TESTS=ON",
+        *tier.cmake_args,
         *cmake_args,
         external=True,
     )

@@ -63,9 +63,11 @@ class Tier:
     name: str  # session suffix: tests-<name>
     path: str  # source directory
     module: str  # the import name: an installed tier's stamp is trusted only while this is found
-    # "pytest": pytest <path>/tests; "ctest": CMake + CTest (plus its Python check);
+    # "pytest": pytest <path>/tests; "ctest": its own CMake project's CTest suite,
+    # then pytest <path>/tests/python where that exists (core: the installed wheel);
     # "stable-abi": one wheel, pytest under torch 2.14.1 (.nox/_env) and TORCH_OLDEST
     kind: str = "pytest"
+    cmake_args: tuple[str, ...] = ()  # kind="ctest": the CMake definitions that switch its tests on
     needs: tuple[str, ...] = ()  # tiers installed before this one, in order
     requirements: tuple[str, ...] = (BASE,)
     cuda: bool = False  # needs a CUDA toolkit to build; skipped (with a message) without one
@@ -88,6 +90,7 @@ TIERS: dict[str, Tier] = {
             "packages/cpp-core",
             "tierkit_core",
             kind="ctest",
+            cmake_args=("-DTIERKIT_CORE_BUILD_TESTS=ON",),
             smoke=SMOKE_CORE,
             public_build_requires=("scikit-build-core>=1.1",),
         ),
