@@ -28,14 +28,18 @@ def _doctor(args: argparse.Namespace) -> int:
         return 0
 
     if args.doctor_command == "explain":
-        text = sys.stdin.read() if args.logfile == "-" else open(args.logfile, errors="replace").read()
+        try:
+            text = sys.stdin.read() if args.logfile == "-" else open(args.logfile, errors="replace").read()
+        except OSError as problem:
+            print(
+                f"tierkit doctor explain: LOG {args.logfile!r}: expected a readable file, got: {problem}",
+                file=sys.stderr,
+            )
+            return 2
         diagnosis = explain.explain(text)
-        print(
-            json.dumps(diagnosis.as_dict() if diagnosis else None, indent=2)
-            if args.json
-            else explain.render(diagnosis)
-        )
-        return 1 if diagnosis else 0
+        print(json.dumps(diagnosis.as_dict(), indent=2) if args.json else explain.render(diagnosis))
+        # 1: a failure was recognised; 0: nothing matched (layer "unknown"); 2: bad usage.
+        return 1 if diagnosis.known else 0
 
     checks = [*toolchain.python_checks(), *toolchain.compiler_checks(), *toolchain.build_tool_checks()]
     info, error = torch_cuda.torch_info()
@@ -109,7 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:
+        # The reader left (`tierkit doctor | head`): what it read is all it
+        # wanted. Point stdout at /dev/null so Python's exit flush does not
+        # raise again, and exit as a process killed by SIGPIPE would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
 
 
 if __name__ == "__main__":
