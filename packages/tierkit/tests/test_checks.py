@@ -246,17 +246,30 @@ def test_baton_torch_stale_lock_found_and_fixed(tmp_path):
     # Older torch (FileBaton): a lock file nobody holds blocks every later load().
     stale = make_lock(tmp_path, "py311_cpu/ext_a", 30)
     fresh = make_lock(tmp_path, "py311_cpu/ext_b", 1)
-    stray = make_lock(tmp_path, "py311_cpu/not_torch", 30, ninja=False)  # not torch's layout
+    # load() locks before it writes build.ninja: a build killed that early
+    # leaves a lock alone, and it blocks the next load() all the same.
+    early = make_lock(tmp_path, "py311_cpu/killed_early", 30, ninja=False)
+    deep = make_lock(tmp_path, "py311_cpu/ext_c/sub", 30)  # not torch's layout
     checks = by_name(
         jit_cache.jit_cache_checks(root=tmp_path, older_than_min=10, torch_lock="baton", held=set())
     )
-    assert checks["JIT locks"].status == Status.WARN and str(stale) in checks["JIT locks"].value
-    assert str(fresh) not in checks["JIT locks"].value and str(stray) not in checks["JIT locks"].value
+    assert "3 lock file(s)" in checks["JIT cache"].value  # not the deep one
+    value = checks["JIT locks"].value
+    assert checks["JIT locks"].status == Status.WARN and str(stale) in value and str(early) in value
+    assert str(fresh) not in value and str(deep) not in value
     fixed = by_name(
         jit_cache.jit_cache_checks(fix=True, root=tmp_path, older_than_min=10, torch_lock="baton")
     )
-    assert "removed 1" in fixed["JIT locks"].value
-    assert not stale.exists() and fresh.exists() and stray.exists()
+    assert "removed 2" in fixed["JIT locks"].value
+    assert not stale.exists() and not early.exists() and fresh.exists() and deep.exists()
+
+
+def test_lock_counted_without_build_ninja_for_every_torch(tmp_path):
+    # A lock alone in an extension folder (an explicit build_directory too) is counted.
+    make_lock(tmp_path, "myext", 30, ninja=False)
+    for scheme in ("advisory", None):
+        (cache,) = jit_cache.jit_cache_checks(root=tmp_path, torch_lock=scheme, held=set())
+        assert "1 lock file(s)" in cache.value, cache
 
 
 def test_advisory_torch_lock_files_are_harmless_and_never_removed(tmp_path):
@@ -352,3 +365,52 @@ def test_exit_code_rule():
 
     assert exit_code([ok("a", "x"), warn("b", "y", "z")]) == 0
     assert exit_code([ok("a", "x"), fail("b", "y", "z")]) == 1
+
+
+def test_without_tier_defaults_the_fix_names_a_real_toolkit(fake_bin, fake_toolkit, monkeypatch):
+    # A bare venv (no tierkit-cuda, no checkout beside it): the fix used to say
+    # `export CUDA_HOME=None` and call the machine toolkit-less.
+    toolkit = fake_toolkit("13.0")
+    monkeypatch.setattr(
+        torch_cuda, "tier_defaults", lambda: {"CUDA_HOME": None, "TORCH_CUDA_ARCH_LIST": None}
+    )
+    monkeypatch.setattr(torch_cuda, "standard_homes", lambda: [str(toolkit)])
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    fake_bin("nvcc", f'exec {toolkit}/bin/nvcc "$@"')
+    checks = torch_cuda.cuda_checks(None)  # torch not importable
+    assert not any("None" in c.fix or "=None" in c.value for c in checks), checks
+    named = by_name(checks)
+    assert f"export CUDA_HOME={toolkit}" in named["nvcc on PATH"].fix
+    assert named["CUDA_HOME"].status == Status.WARN and str(toolkit) in named["CUDA_HOME"].value
+    assert named["nvcc"].status == Status.OK
+
+
+def test_no_toolkit_anywhere_says_so_without_none(fake_bin, monkeypatch, tmp_path):
+    monkeypatch.setattr(
+        torch_cuda, "tier_defaults", lambda: {"CUDA_HOME": None, "TORCH_CUDA_ARCH_LIST": None}
+    )
+    monkeypatch.setattr(torch_cuda, "standard_homes", lambda: [str(tmp_path / "nowhere")])
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    fake_bin("nvcc", 'exec /nonexistent/nvcc "$@"')
+    checks = torch_cuda.cuda_checks(None)
+    assert not any("None" in c.fix for c in checks), checks
+    assert "export CUDA_HOME=<toolkit root>" in by_name(checks)["nvcc on PATH"].fix
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    # `tierkit doctor ... | head`: the reader is gone before the doctor writes.
+    log = tmp_path / "build.log"
+    log.write_text("/usr/bin/ld: cannot find -lfoo\n" * 2000)
+    with open(log) as stdin:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tierkit", "doctor", "explain", "-"],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        proc.stdout.close()  # before the child can write: its first write meets EPIPE
+        _, err = proc.communicate(timeout=60)
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
+    assert proc.returncode == 141

@@ -12,10 +12,13 @@ release, so the doctor asks the installed torch (torch_cuda.TORCH_PROBE):
   open by the building process; its mere existence makes every later load()
   wait forever. A baton nobody holds open is left by a killed build: stale.
 
-Only torch's own layout is considered (`<root>/<tag>/<name>/lock` with the
-build's `build.ninja` beside it), paths are compared canonically (a
-symlinked cache dir), and a lock is never called stale when the doctor
-cannot see every process's open files.
+Only torch's own layout is considered: `<root>/<tag>/<name>/lock` (and
+`<root>/<name>/lock`, where an explicit build_directory or an older torch
+puts it). A `build.ninja` beside it is not required: load() takes the lock
+*before* it writes build.ninja, so a build killed early leaves exactly a
+lock without one. Paths are compared canonically (a symlinked cache dir),
+and a lock is never called stale when the doctor cannot see every process's
+open files.
 """
 
 from __future__ import annotations
@@ -58,10 +61,10 @@ def open_files() -> set[str] | None:
 
 
 def find_locks(root: Path) -> list[Path]:
-    """Lock files in torch's layout: <root>/<tag>/<name>/lock beside build.ninja."""
+    """Lock files in torch's layout: <root>/<tag>/<name>/lock or <root>/<name>/lock."""
     if not root.is_dir():
         return []
-    return sorted(p for p in root.glob("*/*/lock") if p.is_file() and (p.parent / "build.ninja").is_file())
+    return sorted(p for pattern in ("*/lock", "*/*/lock") for p in root.glob(pattern) if p.is_file())
 
 
 def stale_batons(root: Path, older_than_min: float, held: set[str] | None) -> list[Path]:

@@ -32,6 +32,15 @@ print(json.dumps(info))
 """
 
 
+# Where toolkits live when nothing says otherwise: torch's own default
+# first, then versioned installs (newest first, by name).
+STANDARD_HOMES = ["/usr/local/cuda"]
+
+
+def standard_homes() -> list[str]:
+    return [*STANDARD_HOMES, *sorted((str(p) for p in Path("/usr/local").glob("cuda-*")), reverse=True)]
+
+
 def tier_defaults() -> dict:
     """tierkit-cuda's build defaults (its cuda_defaults.py), read by path
     without importing torch: from the installed tier, else from the source
@@ -140,8 +149,14 @@ def cuda_checks(info: dict | None) -> list[Check]:
     torch_cuda = info.get("cuda") if info else None
     checks: list[Check] = []
     defaults = tier_defaults()
-    # None when tierkit-cuda is neither installed nor in this checkout.
-    default_home = defaults["CUDA_HOME"]
+    # tierkit-cuda's default, else (neither installed nor in this checkout,
+    # e.g. a bare venv without torch) the first real toolkit where toolkits
+    # usually live: the fix must name a directory, never "None".
+    default_home = next(
+        (h for h in [defaults["CUDA_HOME"], *standard_homes()] if h and is_toolkit(h)),
+        defaults["CUDA_HOME"],
+    )
+    export_home = f"export CUDA_HOME={default_home}" if default_home else "export CUDA_HOME=<toolkit root>"
     default_arch = defaults["TORCH_CUDA_ARCH_LIST"] or "torch's guess"
     home, how = resolve_cuda_home()
     on_path = probe.which("nvcc")
@@ -150,7 +165,7 @@ def cuda_checks(info: dict | None) -> list[Check]:
             warn(
                 "nvcc on PATH",
                 f"{on_path} is a wrapper script; torch would take CUDA_HOME={home}",
-                f"export CUDA_HOME={default_home} (the toolkit root); otherwise linking fails with `cannot find -lcudart`",
+                f"{export_home} (the toolkit root); otherwise linking fails with `cannot find -lcudart`",
             )
         )
     if not is_toolkit(home) and not os.environ.get("CUDA_HOME") and default_home and is_toolkit(default_home):
@@ -158,11 +173,11 @@ def cuda_checks(info: dict | None) -> list[Check]:
             warn(
                 "CUDA_HOME",
                 f"unset; torch alone would use {home} ({how}), which has no lib64/libcudart.so; "
-                f"tierkit's builds default to {default_home}",
-                f"export CUDA_HOME={default_home} so other torch extensions link too",
+                f"a toolkit is at {default_home}",
+                f"{export_home} so torch extensions (tierkit's included) link",
             )
         )
-        home, how = default_home, "tierkit default"
+        home, how = default_home, "found where toolkits are installed"
         reported_home = True
     else:
         reported_home = False
