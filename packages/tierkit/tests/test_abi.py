@@ -4,6 +4,7 @@ is called stable, torch-cpu (and torch-cuda) tied to their torch."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -78,3 +79,36 @@ def test_explain_points_undefined_symbols_at_doctor_abi():
     log = "ImportError: /x/libfoo.so: undefined symbol: _ZN3c106detail14torchCheckFailEPKcS2_jS2_\n"
     diagnosis = explain.explain(log)
     assert diagnosis is not None and "tierkit doctor abi" in diagnosis.fix
+
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def _quoted_counts(distribution: str) -> tuple[int, int, int]:
+    """docs/doctor.md's example output for `tierkit doctor abi <distribution>`:
+    (stable, other torch C++, other symbols)."""
+    text = (DOCS / "doctor.md").read_text()
+    block = text.split(f"$ tierkit doctor abi {distribution}\n", 1)[1]
+    found = re.search(r"stable C ABI: (\d+), other torch/c10 C\+\+: (\d+)\); other symbols: (\d+)", block)
+    assert found, f"no counts under `tierkit doctor abi {distribution}` in docs/doctor.md"
+    return tuple(int(n) for n in found.groups())
+
+
+@pytest.mark.parametrize(
+    ("distribution", "module"),
+    [("tierkit-torch-stable", "tierkit_torch_stable"), ("tierkit-torch", "tierkit_torch")],
+)
+def test_counts_quoted_in_docs_are_the_tools_output(distribution, module):
+    pytest.importorskip(module)
+    (report,) = abi.reports_for(distribution)
+    assert _quoted_counts(distribution) == (len(report.stable), len(report.unstable), report.other)
+    stable_md = (DOCS / "torch-stable.md").read_text()
+    if module == "tierkit_torch":
+        assert f"torch-cpu's imports {len(report.unstable)} C++ symbols" in stable_md
+    else:
+        assert f"imports only the C shim ({len(report.stable)} `aoti_torch_*`" in stable_md
+
+
+def test_docs_quote_counts_this_test_can_find():
+    # The parser above must keep finding the numbers even where no tier is installed.
+    assert _quoted_counts("tierkit-torch")[0] == 0 and _quoted_counts("tierkit-torch-stable")[1] == 0
