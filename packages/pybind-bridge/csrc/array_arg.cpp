@@ -258,6 +258,22 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
 
   // 3. DLPack.
   if (py::hasattr(obj, "__dlpack__")) {
+    // torch marks a lazily negated or conjugated view (z.conj().imag, x.conj())
+    // with a bit its __dlpack__ does not resolve: the capsule holds the raw
+    // memory, the values' sign or imaginary part flipped. Read such a tensor
+    // by its values (a resolved copy, kept alive by its capsule); refuse it as
+    // `out`, where the values written would read back negated.
+    for (const char* bit : {"neg", "conj"}) {
+      const std::string is = std::string("is_") + bit;
+      if (!PyObject_HasAttrString(obj.ptr(), is.c_str()) || !obj.attr(is.c_str())().cast<bool>()) continue;
+      if (writable) {
+        throw py::value_error(std::string(name) + ": expected a tensor without torch's " + bit +
+                              " bit, got one with it set (a lazily " + (bit[0] == 'n' ? "negated" : "conjugated") +
+                              " view, e.g. z.conj().imag): its memory holds other values than it reads as; "
+                              "write into a plain tensor and copy");
+      }
+      return from(obj.attr((std::string("resolve_") + bit).c_str())(), name, writable);
+    }
     if (py::hasattr(obj, "__dlpack_device__")) {
       const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
       if (dev.first != kDLCPU && dev.first != kDLCUDAHost) {

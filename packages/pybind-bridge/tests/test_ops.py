@@ -193,3 +193,28 @@ def test_torch_out_is_written_in_place():
     assert tb.scale_shift(a, 2.0, 1.0, out=out) is out
     assert out.data_ptr() == ptr
     assert out.tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
+
+
+def _lazily_negated(values):
+    """A torch view with the negative bit that reads as `values`; its
+    __dlpack__ exports the memory, which holds -values."""
+    view = torch.complex(torch.zeros_like(values), -values).conj().imag
+    assert view.is_neg() and torch.equal(view, values)
+    return view
+
+
+@needs_torch
+def test_torch_negative_bit_inputs_are_read_by_value():
+    v = _lazily_negated(torch.tensor([-10.0, -20.0, -30.0]))
+    assert tb.add(v, v).tolist() == [-20.0, -40.0, -60.0]  # was [20, 40, 60]
+    assert tb.muladd(v, torch.ones(3), 1.0).tolist() == [-9.0, -19.0, -29.0]
+    assert v.tolist() == [-10.0, -20.0, -30.0]  # the view itself untouched
+
+
+@needs_torch
+def test_torch_negative_bit_out_is_refused_untouched():
+    a = torch.arange(3.0)
+    out = _lazily_negated(torch.tensor([7.0, 8.0, 9.0]))
+    with pytest.raises(ValueError, match="out: expected a tensor without torch's neg bit, got one with it set"):
+        tb.add(a, a, out=out)
+    assert out.tolist() == [7.0, 8.0, 9.0]

@@ -1,70 +1,140 @@
-"""Every shell and Python block in README.md, docs/ and the tiers' READMEs is
-either run here, as written, or listed in SKIP with the reason: a page can no
-longer drift from the code without a test noticing.
+"""Every shell and Python block in README.md, CONTRIBUTING.md, docs/ and the
+tiers' READMEs is either run here, as written, or listed in RUN_BY with the CI
+session that runs it (checked to be one CI runs): a page can no longer drift
+from the code without a test noticing. Figures a page quotes from the
+benchmark report are checked against the report, and the example report
+against the code that renders it.
 
-Blocks run from the repository root in an overlay environment: a scratch venv
-that sees everything the running environment (.nox/_env) has installed but
-installs into itself, so `pip install packages/...` as the pages write it
-changes nothing outside the test. `pip`, `python`, `pytest` and `tierkit`
-resolve to it.
+Blocks run in a scratch copy of the checkout, so what they build and write
+lands there, and fail when they leave a file that git would see or that
+counts in a tier's source hash (the next session would rebuild that tier).
+They run in an overlay environment: a scratch venv that sees everything the
+running environment has installed but installs into itself, so
+`pip install packages/...` as the pages write it changes nothing outside the
+test. `pip`, `python`, `pytest` and `tierkit` resolve to it. A block whose
+modules or programs are not here (a bare venv) is skipped, saying which.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import json
 import os
 import re
+import runpy
+import shlex
+import shutil
 import site
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-PAGES = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+PAGES = ["README.md", "CONTRIBUTING.md"]
+PAGES += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
 PAGES += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "packages").glob("*/README.md"))
 FENCE = re.compile(r"^```(bash|sh|python)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+TIERS = runpy.run_path(str(ROOT / "ci" / "nox_support" / "tiers.py"))["TIERS"]
+# What tier_digest (ci/nox_support/env.py) leaves out of a tier's source hash.
+HASH_SKIPS = {"build", "__pycache__", ".pytest_cache", "dist"}
 
-# (page, first line of the block) -> why it is not run here.
-SKIP = {
-    ("README.md", "bash ci/nox.sh -s bench"): "the main job: builds everything and benchmarks for minutes; "
-    "its --quick form runs in test_bench_smoke.py, the test command is what CI runs",
-    ("README.md", "bash ci/nox.sh -s tests-core -- -R"): "three sessions CI runs in full (tests); "
-    "test_workspace.py records that each passes its arguments to ctest or pytest",
-    ("docs/architecture.md", 'Tier("mytier"'): "a fragment of ci/nox_support/tiers.py, not a program",
-    ("docs/deploy.md", "cd packages/torch-cpu/examples/aoti-runner"): "needs raw tensor files (inputs.bin); "
-    "torch-cpu's test_deploy.py builds this runner and runs it on files it writes",
-    ("docs/benchmarks.md", "bash ci/nox.sh -s bench"): "a full benchmark run (minutes); "
-    "`tierkit bench --quick` runs in test_bench_smoke.py",
-    (
-        "docs/reliability.md",
-        "bash ci/nox.sh -s tests-cross",
-    ): "the soak profile: 2000 examples per op, minutes",
-    ("docs/torch-cuda.md", "bash ci/nox.sh -s tests-cuda"): "rebuilds the CUDA tier (nvcc, ~1 min); "
-    "CI's `tests` session runs exactly this",
-    ("packages/cpp-core/README.md", "bash ci/nox.sh -s tests-core"): "sessions CI runs (tests, sanitize)",
-    ("packages/cpp-core/README.md", "cmake -S packages/cpp-core"): "the CTest build tests-core does, "
-    "in build/core-tests",
-    (
-        "packages/pybind-bridge/README.md",
-        "bash ci/nox.sh -s tests-bridge",
-    ): "sessions CI runs (tests, sanitize)",
-    ("packages/pybind-bridge/README.md", "pip wheel --no-deps -w dist"): "the build session does the same "
-    "from the sdist (isolated, PIP_NO_INDEX=1, find-links dist/ and build/wheelhouse)",
-    ("packages/torch-stable/README.md", "pip install setuptools wheel"): "tests-stable builds this wheel "
-    "(from its sdist) and runs the same suite under torch 2.14.1 and 2.13.0",
-    ("packages/tierkit/README.md", "tierkit doctor"): "a usage summary with placeholders (LOG, `...`); "
-    "each form runs in test_checks.py and test_explain.py",
-    ("packages/tierkit/README.md", "bash ci/nox.sh -s tests-tools"): "runs this very suite",
-    ("packages/torch-cpu/README.md", "bash ci/nox.sh -s tests-torch"): "sessions CI runs (tests, sanitize)",
-    ("packages/torch-cpu/README.md", "pip install torch==2.14.1"): "rebuilds torch-cpu AOT and JIT (~3 min) "
-    "and runs its whole suite: what tests-torch does; the same commands for the bridge run here",
-    ("packages/torch-cuda/README.md", "import torch, tierkit_cuda"): "needs a CUDA device (x_cuda)",
-    ("packages/torch-stable/README.md", "bash ci/nox.sh -s tests-stable"): "a session CI runs (tests): "
-    "builds the wheel and a second venv with torch 2.13.0",
-    ("packages/torch-cuda/README.md", "bash ci/nox.sh -s tests-cuda"): "a session CI runs (tests)",
-    ("packages/torch-cuda/README.md", "export CUDA_HOME"): "rebuilds torch-cpu and torch-cuda (~3 min) in "
-    "an environment with the 5.5 GB CUDA torch: what tests-cuda does",
+# (page, first line of the block) -> (the CI sessions that run it, why not here).
+RUN_BY = {
+    ("README.md", "bash ci/nox.sh -s bench"): (
+        "tests-tools",
+        "the main job: every tier built, then minutes of benchmarks; "
+        "test_bench_smoke.py runs `tierkit bench --quick`; the second line is CI's own command",
+    ),
+    ("README.md", "bash ci/nox.sh -s tests-core -- -R"): (
+        "tests",
+        "three sessions CI runs whole; test_workspace.py records that each passes its arguments on",
+    ),
+    ("CONTRIBUTING.md", "bash ci/nox.sh -s tests-core"): ("tests-core", "the session itself"),
+    ("CONTRIBUTING.md", "bash ci/nox.sh -s tests-torch"): ("tests-torch", "the session itself"),
+    ("CONTRIBUTING.md", "bash ci/nox.sh -s lint"): ("lint build tests sanitize", "CI's own command"),
+    ("CONTRIBUTING.md", "pip install --no-build-isolation packages/cpp-core"): (
+        "build",
+        "rebuilds torch-cpu (~1 min): the build session installs core, then builds torch-cpu "
+        "without isolation against it; test_install_commands_respect_tier_order checks the order",
+    ),
+    ("CONTRIBUTING.md", "python -m pip wheel --no-deps -w dist"): (
+        "build",
+        "the build session does the same from the sdists (isolated, PIP_NO_INDEX=1)",
+    ),
+    ("docs/benchmarks.md", "bash ci/nox.sh -s bench"): (
+        "tests-tools",
+        "a full benchmark run (minutes); test_bench_smoke.py runs `tierkit bench --quick`",
+    ),
+    ("docs/reliability.md", "bash ci/nox.sh -s tests-cross"): (
+        "tests-cross",
+        "the soak profile, 2000 examples per op (minutes); CI runs the default profile",
+    ),
+    ("docs/torch-cuda.md", "bash ci/nox.sh -s tests-cuda"): ("tests-cuda", "the session itself"),
+    ("packages/cpp-core/README.md", "bash ci/nox.sh -s tests-core"): ("tests-core sanitize", "the sessions"),
+    ("packages/cpp-core/README.md", "cmake -S packages/cpp-core"): (
+        "tests-core",
+        "the CTest build tests-core does, in build/core-tests",
+    ),
+    ("packages/pybind-bridge/README.md", "bash ci/nox.sh -s tests-bridge"): (
+        "tests-bridge sanitize",
+        "the sessions",
+    ),
+    ("packages/pybind-bridge/README.md", "pip wheel --no-deps -w dist"): (
+        "build",
+        "the build session does the same from the sdist (isolated, PIP_NO_INDEX=1, find-links dist/)",
+    ),
+    ("packages/tierkit/README.md", "tierkit doctor"): (
+        "tests-tools",
+        "a usage summary with placeholders (LOG, `...`); test_checks.py and test_explain.py run each form",
+    ),
+    ("packages/tierkit/README.md", "bash ci/nox.sh -s tests-tools"): (
+        "tests-tools",
+        "runs this very suite (its second line is how a bare venv runs it)",
+    ),
+    ("packages/torch-cpu/README.md", "bash ci/nox.sh -s tests-torch"): ("tests-torch sanitize", "the sessions"),
+    ("packages/torch-cpu/README.md", "pip install torch==2.14.1"): (
+        "tests-torch",
+        "rebuilds torch-cpu AOT and JIT (~3 min) and runs its whole suite: what tests-torch does",
+    ),
+    ("packages/torch-cuda/README.md", "import torch, tierkit_cuda"): (
+        "tests-cuda",
+        "needs a CUDA tensor (x_cuda); tests-cuda runs the ops on one where a GPU is",
+    ),
+    ("packages/torch-cuda/README.md", "bash ci/nox.sh -s tests-cuda"): ("tests-cuda", "the session itself"),
+    ("packages/torch-cuda/README.md", "export CUDA_HOME"): (
+        "tests-cuda",
+        "rebuilds torch-cpu and torch-cuda (~3 min) against the 5.5 GB CUDA torch: what tests-cuda does",
+    ),
+    ("packages/torch-stable/README.md", "bash ci/nox.sh -s tests-stable"): ("tests-stable", "the session itself"),
+    ("packages/torch-stable/README.md", "pip install setuptools wheel"): (
+        "tests-stable",
+        "tests-stable builds this wheel (from its sdist) and runs the same suite under two torches",
+    ),
+}
+
+# Fragments of a file, not programs: each is checked by the test named.
+FRAGMENTS = {("docs/architecture.md", "Tier("): "test_the_example_tier_entry_is_complete"}
+
+# What a shell block needs besides the overlay's Python ("bin:" = a program on
+# PATH). Python blocks need what they import.
+NEEDS = {
+    ("packages/pybind-bridge/README.md", "pip install packages/cpp-core"): (
+        "scikit_build_core",
+        "pybind11",
+        "numpy",
+        "pytest",
+    ),
+    ("docs/deploy.md", "cd packages/torch-cpu/examples/aoti-runner"): (
+        "torch",
+        "numpy",
+        "tierkit_torch",
+        "bin:cmake",
+        "bin:ninja",
+    ),
 }
 
 
@@ -78,21 +148,102 @@ def blocks():
 BLOCKS = list(blocks())
 
 
-def skip_reason(page: str, first: str) -> str | None:
-    for (skip_page, prefix), why in SKIP.items():
-        if page == skip_page and first.startswith(prefix):
-            return why
+def lookup(table: dict, page: str, first: str):
+    for (table_page, prefix), value in table.items():
+        if page == table_page and first.startswith(prefix):
+            return value
     return None
 
 
-def test_every_skip_entry_names_a_real_block():
-    found = {
-        (page, prefix)
-        for page, _, first, _ in BLOCKS
-        for (p, prefix) in SKIP
-        if page == p and first.startswith(prefix)
-    }
-    assert set(SKIP) == found, f"stale SKIP entries: {set(SKIP) - found}"
+def ci_sessions() -> set[str]:
+    """The sessions .ci/run's command runs, `tests` expanded to what it runs."""
+    command = next(line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "ci/nox.sh" in line)
+    named = shlex.split(command.split("-s", 1)[1])
+    sessions = set(named)
+    if "tests" in named:
+        sessions |= {f"tests-{name}" for name in TIERS} | {"tests-cross"}
+    return sessions
+
+
+def test_every_table_entry_names_a_real_block():
+    for table in (RUN_BY, FRAGMENTS, NEEDS):
+        found = {
+            (page, prefix)
+            for page, _, first, _ in BLOCKS
+            for (p, prefix) in table
+            if page == p and first.startswith(prefix)
+        }
+        assert set(table) == found, f"stale entries: {set(table) - found}"
+
+
+def test_every_block_not_run_here_names_a_session_ci_runs():
+    sessions = ci_sessions()
+    assert {"build", "lint", "tests-core", "tests-tools", "tests-cross"} <= sessions
+    for (page, prefix), (run_by, _) in RUN_BY.items():
+        assert set(run_by.split()) <= sessions, f"{page}: `{prefix}`: CI runs none of {run_by!r}"
+
+
+def _local_packages(command: str) -> list[str]:
+    return [word.rstrip("/") for word in shlex.split(command, comments=True) if word.startswith("packages/")]
+
+
+def test_install_commands_respect_tier_order():
+    # pip builds every local path of one command before installing any, so a
+    # tier built without isolation cannot see a tier it needs named beside it
+    # (`tierkit doctor explain` calls this install-order).
+    by_path = {tier.path: tier for tier in TIERS.values()}
+    by_name = {tier.name: tier for tier in TIERS.values()}
+    for page, kind, _, body in BLOCKS:
+        if kind == "python":
+            continue
+        for line in body.replace("\\\n", " ").splitlines():
+            if "pip install" not in line or "--no-build-isolation" not in line:
+                continue
+            named = [by_path[p] for p in _local_packages(line) if p in by_path]
+            for tier in named:
+                needed = {by_name[n].path for n in tier.needs} & {t.path for t in named}
+                assert not needed, f"{page}: `{line.strip()}` builds {tier.path} before installing {needed}"
+
+
+def _source_files(tree: Path) -> dict[str, str]:
+    """What a documented command must leave unchanged in a checkout: the files
+    git sees (not ignored) and, under packages/, every file a tier's source hash
+    counts. Maps path -> size and mtime."""
+    seen = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=tree, capture_output=True, check=True
+    ).stdout.decode()
+    paths = {p for p in seen.split("\0") if p}
+    for path in (tree / "packages").rglob("*"):
+        rel = path.relative_to(tree)
+        if path.is_file() and not HASH_SKIPS.intersection(rel.parts):
+            if not any(part.endswith(".egg-info") for part in rel.parts):
+                paths.add(str(rel))
+    out = {}
+    for rel in paths:
+        stat = (tree / rel).stat() if (tree / rel).exists() else None
+        out[rel] = f"{stat.st_size}:{stat.st_mtime_ns}" if stat else "gone"
+    return out
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    """A copy of the checkout's files as they are now (committed or not, not ignored)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout (to copy its files)")
+    tree = tmp_path_factory.mktemp("checkout")
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src = ROOT / rel
+        if src.is_symlink():  # VERSION and LICENSE link to the root's
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tree / rel).symlink_to(os.readlink(src))
+        elif src.is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / rel)
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)  # so git can tell ignored from seen
+    return tree
 
 
 @pytest.fixture(scope="module")
@@ -110,20 +261,125 @@ def overlay(tmp_path_factory) -> Path:
     return env
 
 
+def _missing(needs, overlay: Path) -> list[str]:
+    programs = [n.removeprefix("bin:") for n in needs if n.startswith("bin:")]
+    modules = [n for n in needs if not n.startswith("bin:")]
+    code = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if not importlib.util.find_spec(m)))"
+    found = subprocess.run(
+        [str(overlay / "bin" / "python"), "-c", code, *modules], capture_output=True, text=True, check=True
+    )
+    return found.stdout.split() + [p for p in programs if shutil.which(p) is None]
+
+
+def _imports(body: str) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(body)):
+        if isinstance(node, ast.Import):
+            names += [alias.name.split(".")[0] for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    return sorted(set(names))
+
+
 @pytest.mark.parametrize(
     ("page", "kind", "first", "body"), BLOCKS, ids=[f"{b[0]}:{b[2][:40]}" for b in BLOCKS]
 )
-def test_documented_block_runs_as_written(page, kind, first, body, overlay):
-    why = skip_reason(page, first)
-    if why:
-        pytest.skip(f"not run here: {why}")
+def test_documented_block_runs_as_written(page, kind, first, body, scratch, overlay):
+    run_by = lookup(RUN_BY, page, first)
+    if run_by:
+        pytest.skip(f"not run here: CI's {run_by[0]} (see RUN_BY): {run_by[1]}")
+    if lookup(FRAGMENTS, page, first):
+        pytest.skip(f"a fragment, checked by {lookup(FRAGMENTS, page, first)}")
+    needs = _imports(body) if kind == "python" else lookup(NEEDS, page, first) or ()
+    missing = _missing(needs, overlay)
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, not installed here")
     env = {**os.environ, "PATH": f"{overlay / 'bin'}:{os.environ['PATH']}", "PYTHONNOUSERSITE": "1"}
     env.pop("PYTHONPATH", None)
     if kind == "python":
         cmd = [str(overlay / "bin" / "python"), "-c", body]
     else:
         cmd = ["bash", "-euo", "pipefail", "-c", body]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    before = _source_files(scratch)
+    proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (
         f"{page}: `{first}` failed (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     )
+    after = _source_files(scratch)
+    touched = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    assert not touched, (
+        f"{page}: `{first}` changed files git sees or a tier's source hash counts "
+        f"(write into an ignored build/ folder instead): {touched}"
+    )
+
+
+def test_the_example_tier_entry_is_complete():
+    # docs/architecture.md's "Adding a tier" entry, built against the real
+    # Tier: a torch tier's entry must give the build session what it needs to
+    # try the wheel alone (its smoke code, and torch in that venv).
+    namespace = runpy.run_path(str(ROOT / "ci" / "nox_support" / "tiers.py"))
+    (body,) = [b for page, _, first, b in BLOCKS if lookup(FRAGMENTS, page, first)]
+    tier = eval(body, namespace)  # the page's own text, as tiers.py would hold it
+    assert isinstance(tier, namespace["Tier"])
+    assert tier.module and tier.smoke, "the build session runs `smoke` beside the wheel alone"
+    assert set(tier.needs) <= set(TIERS)
+    for entry in [tier, *TIERS.values()]:  # the same rule for the real table
+        if "torch" in _imports(entry.smoke):
+            assert entry.runtime_torch, f"{entry.name}: its smoke imports torch: runtime_torch=True"
+
+
+# ---- figures that come from the benchmark report ----
+
+EXAMPLE = ROOT / "docs" / "benchmarks-example"
+# page -> the section whose tables quote the example report.
+QUOTES_REPORT = {"docs/torch-stable.md": "## Measured"}
+
+
+def _example_results() -> dict:
+    results = json.loads((EXAMPLE / "results.json").read_text())
+    from tierkit.bench import targets
+
+    results["targets"] = targets.evaluate(results)  # by today's code, from the run's rows
+    return results
+
+
+def test_example_report_is_what_the_code_renders_from_its_results():
+    from tierkit.bench import report
+
+    rendered = report.markdown(_example_results())
+    digest = hashlib.sha256(rendered.encode()).hexdigest()[:12]
+    assert (EXAMPLE / "report.md").read_text() == rendered, (
+        f"docs/benchmarks-example/report.md is stale (rendered: {digest}); regenerate it: "
+        "results = json.load(results.json); results['targets'] = tierkit.bench.targets.evaluate(results); "
+        "report.write(results, 'docs/benchmarks-example')"
+    )
+
+
+def test_target_names_spell_the_sizes_measured():
+    # `n = 2e+07` once named a target measured at 1.6e7.
+    results = _example_results()
+    sizes = {r["n"] for s in results["sections"].values() for r in s["rows"] if isinstance(r.get("n"), (int, float))}
+    for t in results["targets"]:
+        for n in re.findall(r"\bn ?= ?([0-9][0-9.,e+]*[0-9])", f"{t['target']} {t['detail']}"):
+            assert float(n.replace(",", "")) in sizes, f"{t['target']!r}: no size {n} was measured"
+
+
+_FIGURE = re.compile(r"(\d+(?:\.\d+)?) ?(µs|us|ms|s)\b")
+
+
+@pytest.mark.parametrize("page", sorted(QUOTES_REPORT))
+def test_figures_quoted_from_the_report_are_the_reports(page):
+    text = (ROOT / page).read_text()
+    section = text.split(QUOTES_REPORT[page], 1)[1].split("\n## ", 1)[0]
+    report = (EXAMPLE / "report.md").read_text()
+    measured = {(unit.replace("µs", "us"), float(v)) for v, unit in _FIGURE.findall(report)}
+    quoted = [
+        (v, unit) for line in section.splitlines() if line.startswith("|") for v, unit in _FIGURE.findall(line)
+    ]
+    assert quoted, f"{page}: no figures found under {QUOTES_REPORT[page]}"
+    for value, unit in quoted:
+        decimals = len(value.split(".")[1]) if "." in value else 0
+        unit = unit.replace("µs", "us")
+        assert any(u == unit and round(m, decimals) == float(value) for u, m in measured), (
+            f"{page}: {value} {unit} is not in docs/benchmarks-example/report.md"
+        )

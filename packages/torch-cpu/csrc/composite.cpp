@@ -45,9 +45,21 @@ at::Tensor& muladd_out(const at::Tensor& a, const at::Tensor& b, double c, at::T
   return copy_into("tierkit::muladd.out", out, h.call(a, b, c), a, "a");
 }
 
+// add_out never resizes: `out` must already match `a`. (Its overlap rules
+// are the kernels'; tracing sees no memory.)
+at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  static const auto h = functional<Binary>("tierkit::custom_add");
+  constexpr const char* op = "tierkit::add_out";
+  check_first(op, a, "a", a.device().type());
+  check_like(op, b, "b", a, "a");
+  check_like(op, out, "out", a, "a");
+  return out.copy_(h.call(a, b));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, CompositeImplicitAutograd, m) {
+  m.impl("add_out", &add_out);
   m.impl("custom_add.out", &custom_add_out);
   m.impl("mul.out", &mul_out);
   m.impl("scale_shift.out", &scale_shift_out);

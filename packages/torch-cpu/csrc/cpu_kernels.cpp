@@ -174,9 +174,10 @@ at::Tensor& muladd_out_cpu(const at::Tensor& a, const at::Tensor& b, double c, a
   return out;
 }
 
-void add_out_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
+at::Tensor& add_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   check_add_out(a, b, out, kCPU);
   run_views<3>({a, b, out}, kAdd);
+  return out;
 }
 
 }  // namespace

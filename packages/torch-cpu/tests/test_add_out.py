@@ -1,4 +1,4 @@
-"""add_out: the mutating op (Tensor(a!) out) -> ()."""
+"""add_out: the mutating op (Tensor(a!) out) -> Tensor(a!), returning `out` as aten's out= ops do."""
 
 import pytest
 import torch
@@ -6,11 +6,11 @@ import torch
 ops = torch.ops.tierkit
 
 
-def test_writes_into_out_and_returns_nothing(gen):
+def test_writes_into_out_and_returns_it(gen):
     a, b = torch.randn(10, 7, generator=gen), torch.randn(10, 7, generator=gen)
     out = torch.full((10, 7), 99.0)
     ptr = out.data_ptr()
-    assert ops.add_out(a, b, out) is None
+    assert ops.add_out(a, b, out) is out
     assert out.data_ptr() == ptr
     torch.testing.assert_close(out, a + b, rtol=0, atol=0)
 

@@ -140,13 +140,11 @@ at::Tensor& scale_shift_out_cuda(const at::Tensor& x, double alpha, double beta,
   return out;
 }
 
-void add_out_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out) {
+at::Tensor& add_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   tierkit_torch::check_add_out(a, b, out, kCUDA);
-  if (out.dim() > kMaxRank && !out.is_contiguous()) {
-    out.copy_(custom_add_cuda(a, b));
-    return;
-  }
+  if (out.dim() > kMaxRank && !out.is_contiguous()) return out.copy_(custom_add_cuda(a, b));
   run(a, &b, out, launch_add);
+  return out;
 }
 
 }  // namespace

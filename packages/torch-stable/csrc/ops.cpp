@@ -69,12 +69,12 @@ Tensor muladd_out(Tensor a, Tensor b, double c, Tensor out) {
 }
 
 // `out` must already match `a` in shape (add_out never resizes).
-void add_out(Tensor a, Tensor b, Tensor out) {
+Tensor add_out(Tensor a, Tensor b, Tensor out) {
   constexpr const char* op = "tierkit_stable::add_out";
   check_first(op, a, "a");
   check_like(op, b, "b", a, "a");
   check_like(op, out, "out", a, "a");
-  binary(op, a, b, &out, kAdd);
+  return binary(op, a, b, &out, kAdd);
 }
 
 }  // namespace

@@ -12,7 +12,10 @@ inline constexpr const char* kOpSchemas[] = {
     "scale_shift(Tensor x, float alpha, float beta) -> Tensor",
     "muladd(Tensor a, Tensor b, float c) -> Tensor",
     "mul(Tensor a, Tensor b) -> Tensor",
-    "add_out(Tensor a, Tensor b, Tensor(a!) out) -> ()",
+    // Returns `out`, as aten's out= ops do: torch's negative/conjugate-bit
+    // fallback (MathBitsFallback.h) writes back a mutated argument only
+    // through the op's return, and asserts on a mutating op returning nothing.
+    "add_out(Tensor a, Tensor b, Tensor(a!) out) -> Tensor(a!)",
     // out= overloads in aten's convention: keyword-only `out`, returned. Not
     // tagged `out`: with the tag, torch 2.14's inductor lowers the functional
     // ops to these overloads and, in AOTInductor's C++ wrapper, calls C shims

@@ -23,12 +23,12 @@ def _join(names: Sequence[str]) -> str:
 
 
 def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None) -> None:
-    """Register fake kernels for ns::{custom_add, mul, muladd, scale_shift, add_out}.
+    """Register fake kernels for ns::{custom_add, mul, muladd, scale_shift}.
 
     `accepted_dtypes` are torch dtype names ("float32", ...), from core's dtype
-    table through the C++ library. The .out overloads need none where they
-    decompose into the functional op plus a copy (their CompositeImplicitAutograd
-    kernels, see `apply_out_rules`). `lib`, when given, is the
+    table through the C++ library. The .out overloads and add_out need none:
+    they decompose into the functional op plus a copy (their
+    CompositeImplicitAutograd kernels, see `apply_out_rules`). `lib`, when given, is the
     torch.library.Library the registrations belong to.
     """
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
@@ -83,17 +83,10 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
         check_first(f"{ns}::scale_shift", x, "x")
         return new_output(x)
 
-    def fake_add_out(a: Any, b: Any, out: Any) -> None:
-        op = f"{ns}::add_out"
-        check_first(op, a, "a")
-        check_like(op, b, "b", a, "a")
-        check_like(op, out, "out", a, "a")
-
     register = torch.library.register_fake
     for op in ("custom_add", "mul", "muladd"):
         register(f"{ns}::{op}", fake_binary(f"{ns}::{op}"), lib=lib)
     register(f"{ns}::scale_shift", fake_scale_shift, lib=lib)
-    register(f"{ns}::add_out", fake_add_out, lib=lib)
 
 
 def check_device_dtype(torch: Any, op: str, t: Any, arg: str, ref: Any, ref_name: str) -> None:

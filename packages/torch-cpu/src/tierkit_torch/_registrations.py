@@ -3,8 +3,8 @@ rules (_vmap.py) and DTensor sharding (_sharding.py).
 
 The fake kernels are core's generic ones (tierkit_core.torch_fake, shared with
 torch-stable), registered against the schemas the C++ library defined: the
-functional ops and add_out. The ``.out`` overloads need none: under fake
-tensors they decompose (their CompositeImplicitAutograd kernel,
+functional ops. The ``.out`` overloads and add_out need none: under fake
+tensors they decompose (their CompositeImplicitAutograd kernels,
 csrc/composite.cpp) into the functional op's fake kernel plus a copy.
 Autograd is in C++ (csrc/autograd.cpp), where the no-grad path costs nothing
 measurable.

@@ -62,5 +62,4 @@ def add_out(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
     exactly (in place) but must not partially overlap them. Not
     differentiable, like torch's own ``out=`` overloads.
     """
-    torch.ops.tierkit.add_out.default(a, b, out)
-    return out
+    return torch.ops.tierkit.add_out.default(a, b, out)

@@ -39,5 +39,4 @@ def muladd(a: Tensor, b: Tensor, c: float, *, out: Tensor | None = None) -> Tens
 
 def add_out(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
     """Write ``a + b`` into ``out`` (same shape, dtype, device; may alias an input exactly) and return it."""
-    _ops.add_out.default(a, b, out)
-    return out
+    return _ops.add_out.default(a, b, out)

@@ -176,7 +176,7 @@ def targets(results: dict) -> list[dict]:
     half = _rows(results, "16-bit")
     for dtype in ("bfloat16", "float16"):
         for n, goal in DTYPE_GOALS.items():
-            name = f"{dtype} scale_shift torch op >= {goal} x torch eager (THP), n = {n:.0e}"
+            name = f"{dtype} scale_shift torch op >= {goal} x torch eager (THP), n = {n:.2g}"
             r = [x for x in half if x.get("dtype") == dtype and x.get("n") == n and "ratio" in x]
             if not r:
                 out.append(
