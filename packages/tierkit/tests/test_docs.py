@@ -27,7 +27,6 @@ import shlex
 import shutil
 import site
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -95,7 +94,10 @@ RUN_BY = {
         "tests-tools",
         "runs this very suite (its second line is how a bare venv runs it)",
     ),
-    ("packages/torch-cpu/README.md", "bash ci/nox.sh -s tests-torch"): ("tests-torch sanitize", "the sessions"),
+    ("packages/torch-cpu/README.md", "bash ci/nox.sh -s tests-torch"): (
+        "tests-torch sanitize",
+        "the sessions",
+    ),
     ("packages/torch-cpu/README.md", "pip install torch==2.14.1"): (
         "tests-torch",
         "rebuilds torch-cpu AOT and JIT (~3 min) and runs its whole suite: what tests-torch does",
@@ -109,7 +111,10 @@ RUN_BY = {
         "tests-cuda",
         "rebuilds torch-cpu and torch-cuda (~3 min) against the 5.5 GB CUDA torch: what tests-cuda does",
     ),
-    ("packages/torch-stable/README.md", "bash ci/nox.sh -s tests-stable"): ("tests-stable", "the session itself"),
+    ("packages/torch-stable/README.md", "bash ci/nox.sh -s tests-stable"): (
+        "tests-stable",
+        "the session itself",
+    ),
     ("packages/torch-stable/README.md", "pip install setuptools wheel"): (
         "tests-stable",
         "tests-stable builds this wheel (from its sdist) and runs the same suite under two torches",
@@ -331,8 +336,12 @@ def test_the_example_tier_entry_is_complete():
 # ---- figures that come from the benchmark report ----
 
 EXAMPLE = ROOT / "docs" / "benchmarks-example"
-# page -> the section whose tables quote the example report.
-QUOTES_REPORT = {"docs/torch-stable.md": "## Measured"}
+# page -> (where its quotes of the example report begin, where they end,
+# whether only its table rows quote it).
+QUOTES_REPORT = {
+    "docs/torch-stable.md": ("## Measured", "\n(Before", True),
+    "docs/benchmarks.md": ("* **Interleaved.**", "So each", False),
+}
 
 
 def _example_results() -> dict:
@@ -358,28 +367,92 @@ def test_example_report_is_what_the_code_renders_from_its_results():
 def test_target_names_spell_the_sizes_measured():
     # `n = 2e+07` once named a target measured at 1.6e7.
     results = _example_results()
-    sizes = {r["n"] for s in results["sections"].values() for r in s["rows"] if isinstance(r.get("n"), (int, float))}
+    sizes = {
+        r["n"]
+        for s in results["sections"].values()
+        for r in s["rows"]
+        if isinstance(r.get("n"), (int, float))
+    }
     for t in results["targets"]:
         for n in re.findall(r"\bn ?= ?([0-9][0-9.,e+]*[0-9])", f"{t['target']} {t['detail']}"):
             assert float(n.replace(",", "")) in sizes, f"{t['target']!r}: no size {n} was measured"
 
 
-_FIGURE = re.compile(r"(\d+(?:\.\d+)?) ?(µs|us|ms|s)\b")
+_FIGURE = re.compile(r"(\d+(?:\.\d+)?) ?(µs|us|ms|s|GB/s)(?![\w/])")
+
+
+def _report_figures() -> set[tuple[str, float]]:
+    """(unit, value) of every figure in the example report: written with its
+    unit, or in a column headed by it (GB/s)."""
+    report = (EXAMPLE / "report.md").read_text()
+    figures = {(unit.replace("µs", "us"), float(v)) for v, unit in _FIGURE.findall(report)}
+    header: list[str] = []
+    for line in report.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")] if line.startswith("|") else []
+        if not cells:
+            header = []
+        elif not header:
+            header = cells
+        elif "GB/s" in header and re.fullmatch(r"\d+(\.\d+)?", cells[header.index("GB/s")]):
+            figures.add(("GB/s", float(cells[header.index("GB/s")])))
+    return figures
 
 
 @pytest.mark.parametrize("page", sorted(QUOTES_REPORT))
 def test_figures_quoted_from_the_report_are_the_reports(page):
-    text = (ROOT / page).read_text()
-    section = text.split(QUOTES_REPORT[page], 1)[1].split("\n## ", 1)[0]
-    report = (EXAMPLE / "report.md").read_text()
-    measured = {(unit.replace("µs", "us"), float(v)) for v, unit in _FIGURE.findall(report)}
-    quoted = [
-        (v, unit) for line in section.splitlines() if line.startswith("|") for v, unit in _FIGURE.findall(line)
-    ]
-    assert quoted, f"{page}: no figures found under {QUOTES_REPORT[page]}"
+    begin, end, tables_only = QUOTES_REPORT[page]
+    quotes = (ROOT / page).read_text().split(begin, 1)[1].split(end, 1)[0]
+    if tables_only:
+        quotes = "\n".join(line for line in quotes.splitlines() if line.startswith("|"))
+    measured = _report_figures()
+    quoted = _FIGURE.findall(quotes.replace("–", " – "))
+    ranges = re.findall(r"(\d+(?:\.\d+)?)–(\d+(?:\.\d+)?) ?(GB/s|ms|us|µs|s)\b", quotes)
+    quoted += [(low, unit) for low, _, unit in ranges]
+    assert quoted, f"{page}: no figures found after {begin!r}"
     for value, unit in quoted:
         decimals = len(value.split(".")[1]) if "." in value else 0
         unit = unit.replace("µs", "us")
         assert any(u == unit and round(m, decimals) == float(value) for u, m in measured), (
             f"{page}: {value} {unit} is not in docs/benchmarks-example/report.md"
         )
+
+
+def test_no_table_row_stands_outside_its_table():
+    # A row once sat after a new section's prose, cut off from its table.
+    for page in PAGES:
+        lines = (ROOT / page).read_text().splitlines()
+        fenced = False
+        for i, line in enumerate(lines):
+            fenced ^= line.startswith("```")
+            if fenced or not line.startswith("|"):
+                continue
+            in_table = (i > 0 and lines[i - 1].startswith("|")) or (
+                i + 1 < len(lines) and re.match(r"^\|[-| :]+\|$", lines[i + 1])
+            )
+            assert in_table, f"{page}:{i + 1}: a table row outside any table: {line[:60]}"
+
+
+def test_readme_names_every_session_that_takes_pytest_options():
+    text = " ".join((ROOT / "README.md").read_text().split())
+    sentence = re.search(r"The (`tests-[^.]*?) sessions take pytest options; (.*?) takes CTest's", text)
+    assert sentence, "README.md: the sentence naming which sessions take pytest options"
+    pytest_sessions = set(re.findall(r"`(tests-[a-z]+)`", sentence.group(1)))
+    ctest_sessions = set(re.findall(r"`(tests-[a-z]+)`", sentence.group(2)))
+    assert pytest_sessions == {f"tests-{n}" for n, t in TIERS.items() if t.kind != "ctest"} | {"tests-cross"}
+    assert ctest_sessions == {f"tests-{n}" for n, t in TIERS.items() if t.kind == "ctest"}
+
+
+def test_schema_tables_are_core_op_schemas():
+    # A schema table in a page quotes core's list (tierkit/op_schemas.h), which
+    # both torch tiers register; add_out's return once drifted from it.
+    header = (ROOT / "packages/cpp-core/include/tierkit/op_schemas.h").read_text()
+    schemas = set(re.findall(r'^\s*"([^"]+)",', header, re.MULTILINE))
+    assert "custom_add(Tensor a, Tensor b) -> Tensor" in schemas
+    quoted = 0
+    for page in PAGES:
+        for row in re.findall(
+            r"^\| `\w+` \| `([a-z_.]+\(.*?\) -> [^`]*)`", (ROOT / page).read_text(), re.MULTILINE
+        ):
+            quoted += 1
+            assert row in schemas, f"{page}: `{row}` is not in core's op_schemas.h"
+    assert quoted >= 5
