@@ -17,7 +17,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ci"))
 
-from nox_support import sanitizers, wheels
+from nox_support import matrix, sanitizers, wheels
 from nox_support.ctest import run_ctest
 from nox_support.env import (
     BUILD_DIR,
@@ -71,7 +71,7 @@ def run_tier_tests(session: nox.Session, name: str, *args: str) -> None:
         return
     if tier.kind == "stable-abi":
         py = shared_env(session, *requirements_for(with_deps(name)))
-        wheels.test_wheel_on_two_torches(session, py, name, args)
+        wheels.test_wheel_on_torches(session, py, name, args)
         return
     py = env_with(session, with_deps(name))
     jit_dir = {"TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")}
@@ -93,7 +93,7 @@ def _tier_session(name: str) -> None:
 
     kinds = {
         "ctest": "CTest (extra arguments go to ctest, e.g. -- -R Kernels)",
-        "stable-abi": "pytest under torch 2.14.1 and 2.13.0, from one wheel built once",
+        "stable-abi": "pytest under torch 2.14.1, 2.13.0 and 2.15.0, from one wheel built once",
     }
     _tests.__doc__ = (
         f"Install {TIERS[name].path} and what it needs, run its {kinds.get(TIERS[name].kind, 'pytest')}."
@@ -102,6 +102,39 @@ def _tier_session(name: str) -> None:
 
 for _name in TIERS:
     _tier_session(_name)
+
+
+def _python_session(name: str, version: str) -> None:
+    @nox.session(name=f"tests-{name}-{version}")
+    def _tests(session: nox.Session) -> None:
+        if not matrix.test_tier_on_python(session, name, version, tuple(session.posargs)):
+            session.skip(f"Python {version} is not on this machine")
+
+    _tests.__doc__ = f"Build {TIERS[name].path} (and what it needs) with Python {version}; run its pytest there."
+
+
+# The tiers whose wheels depend on the interpreter, under each Python
+# (ci/nox_support/matrix.py); `nox -l` lists them.
+for _name in matrix.PER_PYTHON_TIERS:
+    for _version in matrix.PYTHONS:
+        _python_session(_name, _version)
+
+
+@nox.session(name=f"tests-abi3-{matrix.ABI3_PYTHON}")
+def tests_abi3(session: nox.Session) -> None:
+    """torch-cpu's and torch-stable's cp310-abi3 wheels, built once here, tested
+    unchanged under Python 3.13 with torch 2.14.1 from the registry (on demand:
+    a ~3 GB download, 5.5 GB of disk)."""
+    py = shared_env(session, *requirements_for(["core", "torch", "stable"]))
+    matrix.test_abi3_wheels_on_python(session, py, tuple(session.posargs))
+
+
+@nox.session(name="tests-torch-next")
+def tests_torch_next(session: nox.Session) -> None:
+    """torch-cpu rebuilt from source against the newest torch (.nox/_torch_next)
+    and its tests run there; torch-cuda's build and CPU-side tests too, where a
+    CUDA toolkit is (a build that fails is explained by the doctor and skipped)."""
+    matrix.test_torch_next(session, tuple(session.posargs))
 
 
 @nox.session(name="tests-cross")
@@ -121,6 +154,9 @@ def tests(session: nox.Session) -> None:
     for name in TIERS:
         session.log(f"==== tests-{name}")
         run_tier_tests(session, name)
+    for name, version in matrix.CI_CELLS:  # tests-stable covered the newest torch
+        session.log(f"==== tests-{name}-{version}")
+        matrix.test_tier_on_python(session, name, version, ())
     session.log("==== tests-cross")
     run_cross_tier_tests(session)
 

@@ -51,9 +51,16 @@ def python(env_dir: Path = ENV_DIR) -> str:
     return str(env_dir / "bin" / "python")
 
 
-def shared_env(session: nox.Session, *requirement_files: str, env_dir: Path = ENV_DIR) -> str:
-    """Create/refresh a venv (.nox/_env unless told) with the given requirement
-    files; return its python."""
+def shared_env(
+    session: nox.Session,
+    *requirement_files: str,
+    env_dir: Path = ENV_DIR,
+    base: str = BASE_PYTHON,
+    pip_env: dict | None = None,
+) -> str:
+    """Create/refresh a venv (.nox/_env unless told; from the `base`
+    interpreter) with the given requirement files; return its python.
+    `pip_env`: extra environment for the requirements' pip install."""
     files = sorted(set(requirement_files))
     digest = hashlib.sha256()
     for name in files:
@@ -62,11 +69,11 @@ def shared_env(session: nox.Session, *requirement_files: str, env_dir: Path = EN
     stamp = env_dir / ".tierkit-stamps" / digest.hexdigest()
     py = python(env_dir)
     if not Path(py).exists():
-        session.run(BASE_PYTHON, "-m", "venv", str(env_dir), external=True)
+        session.run(base, "-m", "venv", str(env_dir), external=True)
         session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
     if not stamp.exists():
         args = [arg for name in files for arg in ("-r", str(ROOT / name))]
-        session.run(py, "-m", "pip", "install", "-q", *args, external=True)
+        session.run(py, "-m", "pip", "install", "-q", *args, external=True, env=pip_env or {})
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.touch()
     return py
@@ -148,7 +155,7 @@ def missing_modules(py: str, modules: list[str]) -> set[str]:
     return set(proc.stdout.split())
 
 
-def install_tiers(session: nox.Session, py: str, names) -> None:
+def install_tiers(session: nox.Session, py: str, names, stamps: Path = STAMPS) -> None:
     """pip-install tiers in order, skipping those unchanged since their last install.
 
     Reinstalling an unchanged tier would rewrite core's headers with new
@@ -158,10 +165,10 @@ def install_tiers(session: nox.Session, py: str, names) -> None:
     stamp is written only once the install succeeded and its package is found.
     """
     names = list(names)
-    stamped = [name for name in names if tier_stamp(name).exists()]
+    stamped = [name for name in names if tier_stamp(name, stamps).exists()]
     gone = missing_modules(py, [TIERS[name].module for name in stamped])
     for name in names:
-        stamp = tier_stamp(name)
+        stamp = tier_stamp(name, stamps)
         if stamp.exists() and TIERS[name].module not in gone:
             session.log(f"{name}: installed and up to date")
             continue

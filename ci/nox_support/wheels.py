@@ -213,11 +213,25 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_wheel_on_two_torches(session: nox.Session, py: str, name: str, pytest_args: tuple[str, ...]) -> None:
+def install_dist_wheel(session: nox.Session, env_py: str, wheel: Path) -> None:
+    """`wheel`, this very file, into another env; only this repository's
+    wheels, never an index (torch is already there), then `pip check`."""
+    dist = wheel.name.split("-")[0]
+    session.run(env_py, "-m", "pip", "uninstall", "-q", "-y", dist, external=True, silent=True)
+    session.run(
+        env_py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel),
+        external=True,
+    )  # fmt: skip
+    session.run(env_py, "-m", "pip", "check", external=True)
+
+
+def test_wheel_on_torches(session: nox.Session, py: str, name: str, pytest_args: tuple[str, ...]) -> None:
     """The stable-ABI proof: one wheel, built once (from its sdist) against the
-    shared env's torch, installed unchanged into that env and into a second one
-    holding the oldest torch it targets; the tier's tests run in both."""
+    shared env's torch, installed unchanged into that env, into one holding
+    the oldest torch it targets and into one holding the newest release; the
+    tier's tests run in all three, and the file's sha256 must not change."""
     from .env import shared_env
+    from .matrix import next_torch_env
     from .tiers import TORCH_OLDEST
 
     tier = TIERS[name]
@@ -226,23 +240,19 @@ def test_wheel_on_two_torches(session: nox.Session, py: str, name: str, pytest_a
     wheel = build_from_sdist(session, py, name)
     install_wheel(session, py, name, wheel, force=True)  # this very file, not a source-tree build
     oldest = shared_env(session, TORCH_OLDEST, env_dir=OLDEST_ENV)
-    # Only this repository's wheels, never an index: torch is already there.
-    session.run(oldest, "-m", "pip", "uninstall", "-q", "-y", _dist_name(name), external=True, silent=True)
-    session.run(
-        oldest, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel),
-        external=True,
-    )  # fmt: skip
-    session.run(oldest, "-m", "pip", "check", external=True)
+    newest = next_torch_env(session)
+    for env_py in (oldest, newest):
+        install_dist_wheel(session, env_py, wheel)
     digest = sha256(wheel)
     tests = str(ROOT / tier.path / "tests")
-    for label, env_py in (("shared env", py), ("oldest torch", oldest)):
+    for label, env_py in (("shared env", py), ("oldest torch", oldest), ("newest torch", newest)):
         version = subprocess.check_output([env_py, "-c", "import torch; print(torch.__version__)"], text=True)
         session.log(f"==== {wheel.name} (sha256 {digest[:16]}…) under torch {version.strip()} ({label})")
         session.run(
             env_py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", tests, *pytest_args, external=True
         )
-    assert sha256(wheel) == digest, "the wheel changed between the two runs"
-    session.log(f"one wheel, two torches: {wheel.name} sha256 {digest}")
+    assert sha256(wheel) == digest, "the wheel changed between the runs"
+    session.log(f"one wheel, three torches: {wheel.name} sha256 {digest}")
     refuse_other_torch(session, oldest)
 
 
