@@ -17,6 +17,7 @@
 // out= overloads and add_out are not differentiable (like aten's): they
 // refuse inputs that need a gradient or carry a tangent, bump `out`'s
 // version counter and redispatch.
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -26,6 +27,7 @@
 #include <torch/library.h>
 
 #include <string>
+#include <vector>
 
 namespace tierkit_torch {
 namespace {
@@ -104,18 +106,34 @@ c10::intrusive_ptr<N> make_node(torch::autograd::edge_list&& edges) {
 // zero too, returned as undefined (what torch's own nodes do).
 variable_list undefined_grads(const Node& node) { return variable_list(node.num_outputs()); }
 
+// What an input's gradient must look like: the input's shape (a broadcast
+// input's gradient is summed over the broadcast dims) and its dtype (an
+// input promoted to a wider result dtype gets its gradient cast back), as
+// aten's derivatives.yaml does. Symbolic sizes: compiled graphs trace this.
+struct InputMeta {
+  std::vector<c10::SymInt> sizes;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  static InputMeta of(const at::Tensor& t) { return {t.sym_sizes().vec(), t.scalar_type()}; }
+  at::Tensor reduce(const at::Tensor& grad) const {
+    at::Tensor g = grad.sym_sizes().equals(sizes) ? grad : at::sum_to(grad, c10::SymIntArrayRef(sizes));
+    return g.scalar_type() == dtype ? g : g.to(dtype);
+  }
+};
+
 struct CustomAddBackward0 : Node {
+  InputMeta a_, b_;
   std::string name() const override { return "CustomAddBackward0"; }
   variable_list apply(variable_list&& grads) override {
     if (!grads[0].defined()) return undefined_grads(*this);
-    return {should_compute_output(0) ? grads[0] : at::Tensor(),
-            should_compute_output(1) ? grads[0] : at::Tensor()};
+    return {should_compute_output(0) ? a_.reduce(grads[0]) : at::Tensor(),
+            should_compute_output(1) ? b_.reduce(grads[0]) : at::Tensor()};
   }
 };
 
 // d(a * b) (and d(a * b + c)): grad * b for a, grad * a for b.
 struct ProductBackward : Node {
   SavedVariable a_, b_;
+  InputMeta a_meta, b_meta;
   void release_variables() override {
     a_.reset_data();
     b_.reset_data();
@@ -123,8 +141,8 @@ struct ProductBackward : Node {
   variable_list apply(variable_list&& grads) override {
     const at::Tensor& g = grads[0];
     if (!g.defined()) return undefined_grads(*this);
-    variable_list out{should_compute_output(0) ? call_mul(g, b_.unpack()) : at::Tensor(),
-                      should_compute_output(1) ? call_mul(g, a_.unpack()) : at::Tensor()};
+    variable_list out{should_compute_output(0) ? a_meta.reduce(call_mul(g, b_.unpack())) : at::Tensor(),
+                      should_compute_output(1) ? b_meta.reduce(call_mul(g, a_.unpack())) : at::Tensor()};
     return out;
   }
 };
@@ -149,12 +167,20 @@ struct ScaleShiftBackward0 : Node {
 at::Tensor custom_add_autograd(const at::Tensor& a, const at::Tensor& b) {
   static const auto h = op<Binary>("tierkit::custom_add");
   c10::intrusive_ptr<CustomAddBackward0> node;
-  if (needs_graph(a, &b)) node = make_node<CustomAddBackward0>(torch::autograd::collect_next_edges(a, b));
+  if (needs_graph(a, &b)) {
+    node = make_node<CustomAddBackward0>(torch::autograd::collect_next_edges(a, b));
+    node->a_ = InputMeta::of(a);
+    node->b_ = InputMeta::of(b);
+  }
   at::Tensor out = below_autograd([&] { return h.call(a, b); });
   if (node) torch::autograd::set_history(out, node);
   const at::Tensor &ta = tangent(a), &tb = tangent(b);
-  if (ta.defined() || tb.defined()) {
-    set_tangent(out, ta.defined() && tb.defined() ? call_add(ta, tb) : (ta.defined() ? ta : tb).clone());
+  if (ta.defined() && tb.defined()) {
+    set_tangent(out, call_add(ta, tb));
+  } else if (ta.defined() || tb.defined()) {  // the one tangent, broadcast and promoted like the output
+    const at::Tensor& t = ta.defined() ? ta : tb;
+    const at::Tensor wide = t.sym_sizes().equals(out.sym_sizes()) ? t : t.expand_symint(out.sym_sizes());
+    set_tangent(out, wide.to(out.scalar_type()).clone());
   }
   return out;
 }
@@ -167,6 +193,8 @@ at::Tensor product_autograd(const at::Tensor& a, const at::Tensor& b, const Call
     node = make_node<N>(torch::autograd::collect_next_edges(a, b));
     node->a_ = SavedVariable(a, /*is_output=*/false);
     node->b_ = SavedVariable(b, /*is_output=*/false);
+    node->a_meta = InputMeta::of(a);
+    node->b_meta = InputMeta::of(b);
   }
   at::Tensor out = below_autograd(call);
   if (node) torch::autograd::set_history(out, node);

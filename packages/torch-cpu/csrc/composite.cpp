@@ -20,40 +20,36 @@ c10::TypedOperatorHandle<Sig> functional(const char* name) {
 
 using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
 
-at::Tensor& copy_into(const char* op, at::Tensor& out, const at::Tensor& result, const at::Tensor& like,
-                      const char* like_name) {
-  prepare_out(op, out, like, like_name);
+// aten's out= rules against the functional result (its dtype, broadcast
+// shape and device), then a copy that casts like aten's.
+at::Tensor& copy_into(const char* op, at::Tensor& out, const at::Tensor& result, bool resize = true) {
+  prepare_out_for(op, out, result.scalar_type(), result.sym_sizes(), result.device(), resize);
   out.copy_(result);
   return out;
 }
 
 at::Tensor& custom_add_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   static const auto h = functional<Binary>("tierkit::custom_add");
-  return copy_into("tierkit::custom_add.out", out, h.call(a, b), a, "a");
+  return copy_into("tierkit::custom_add.out", out, h.call(a, b));
 }
 at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   static const auto h = functional<Binary>("tierkit::mul");
-  return copy_into("tierkit::mul.out", out, h.call(a, b), a, "a");
+  return copy_into("tierkit::mul.out", out, h.call(a, b));
 }
 at::Tensor& scale_shift_out(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
   static const auto h = functional<at::Tensor(const at::Tensor&, double, double)>("tierkit::scale_shift");
-  return copy_into("tierkit::scale_shift.out", out, h.call(x, alpha, beta), x, "x");
+  return copy_into("tierkit::scale_shift.out", out, h.call(x, alpha, beta));
 }
 at::Tensor& muladd_out(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
   static const auto h =
       functional<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("tierkit::muladd");
-  return copy_into("tierkit::muladd.out", out, h.call(a, b, c), a, "a");
+  return copy_into("tierkit::muladd.out", out, h.call(a, b, c));
 }
 
-// add_out never resizes: `out` must already match `a`. (Its overlap rules
-// are the kernels'; tracing sees no memory.)
+// add_out never resizes: `out` must already have the result's shape.
 at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   static const auto h = functional<Binary>("tierkit::custom_add");
-  constexpr const char* op = "tierkit::add_out";
-  check_first(op, a, "a", a.device().type());
-  check_like(op, b, "b", a, "a");
-  check_like(op, out, "out", a, "a");
-  return out.copy_(h.call(a, b));
+  return copy_into("tierkit::add_out", out, h.call(a, b), /*resize=*/false);
 }
 
 }  // namespace

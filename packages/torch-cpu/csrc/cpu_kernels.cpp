@@ -111,15 +111,23 @@ constexpr AddKernel kAdd;
 constexpr MulKernel kMul;
 
 // Binary ops: checks, then `kernel(view_a, view_b, view_out)` into `out`
-// (a fresh tensor when `out` is null).
+// (a fresh tensor when `out` is null). Operands of one shape and dtype go
+// straight to the kernel; others are resolved by aten's rules first
+// (promotion, broadcasting: checks.h) and the kernel runs on the result.
 template <typename Kernel>
 at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* out,
-                  const Kernel& kernel) {
+                  const Kernel& kernel, bool float_scalar = false, bool resize_out = true) {
+  if (!plain_call({&a, &b}) || (out && out->scalar_type() != a.scalar_type())) {
+    const auto p = resolve_pointwise<2>(op, {&a, &b}, {"a", "b"}, float_scalar, out, kCPU, resize_out);
+    run_views<3>({p.in[0], p.in[1], p.target}, kernel);
+    p.finish();
+    return p.result;
+  }
   check_first(op, a, "a", kCPU);
   check_like(op, b, "b", a, "a");
   at::Tensor result;
   if (out) {
-    prepare_out(op, *out, a, "a");
+    prepare_out_for(op, *out, a.scalar_type(), a.sym_sizes(), a.device(), resize_out);
     check_out(op, *out, {{&a, "a"}, {&b, "b"}});
     result = *out;
   } else {
@@ -129,18 +137,24 @@ at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, cons
   return result;
 }
 
-at::Tensor scale_shift_into(const at::Tensor& x, double alpha, double beta, const at::Tensor* out) {
-  constexpr const char* op = "tierkit::scale_shift";
+at::Tensor scale_shift_into(const char* op, const at::Tensor& x, double alpha, double beta, const at::Tensor* out) {
+  const ScaleShiftKernel kernel{alpha, beta};
+  if (!plain_call({&x}) || (out && out->scalar_type() != x.scalar_type())) {
+    const auto p = resolve_pointwise<1>(op, {&x}, {"x"}, /*float_scalar=*/true, out, kCPU);
+    run_views<2>({p.in[0], p.target}, kernel);
+    p.finish();
+    return p.result;
+  }
   check_first(op, x, "x", kCPU);
   at::Tensor result;
   if (out) {
-    prepare_out(op, *out, x, "x");
+    prepare_out_for(op, *out, x.scalar_type(), x.sym_sizes(), x.device());
     check_out(op, *out, {{&x, "x"}});
     result = *out;
   } else {
     result = fresh_output({&x});
   }
-  run_views<2>({x, result}, ScaleShiftKernel{alpha, beta});
+  run_views<2>({x, result}, kernel);
   return result;
 }
 
@@ -151,10 +165,10 @@ at::Tensor mul_cpu(const at::Tensor& a, const at::Tensor& b) {
   return binary("tierkit::mul", a, b, nullptr, kMul);
 }
 at::Tensor scale_shift_cpu(const at::Tensor& x, double alpha, double beta) {
-  return scale_shift_into(x, alpha, beta, nullptr);
+  return scale_shift_into("tierkit::scale_shift", x, alpha, beta, nullptr);
 }
 at::Tensor muladd_cpu(const at::Tensor& a, const at::Tensor& b, double c) {
-  return binary("tierkit::muladd", a, b, nullptr, MulAddKernel{c});
+  return binary("tierkit::muladd", a, b, nullptr, MulAddKernel{c}, /*float_scalar=*/true);
 }
 
 at::Tensor& custom_add_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
@@ -166,17 +180,17 @@ at::Tensor& mul_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& ou
   return out;
 }
 at::Tensor& scale_shift_out_cpu(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
-  scale_shift_into(x, alpha, beta, &out);
+  scale_shift_into("tierkit::scale_shift.out", x, alpha, beta, &out);
   return out;
 }
 at::Tensor& muladd_out_cpu(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
-  binary("tierkit::muladd.out", a, b, &out, MulAddKernel{c});
+  binary("tierkit::muladd.out", a, b, &out, MulAddKernel{c}, /*float_scalar=*/true);
   return out;
 }
 
+// add_out never resizes: `out` must already have the result's shape.
 at::Tensor& add_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  check_add_out(a, b, out, kCPU);
-  run_views<3>({a, b, out}, kAdd);
+  binary("tierkit::add_out", a, b, &out, kAdd, /*float_scalar=*/false, /*resize_out=*/false);
   return out;
 }
 

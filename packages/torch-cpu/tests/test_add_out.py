@@ -41,14 +41,15 @@ def test_bumps_the_version_counter(gen):
     ("make", "pattern"),
     [
         (lambda a: torch.empty(1).expand(10), "out: has internal overlap"),
-        (lambda a: torch.empty(9), "out: expected shape \\[10\\] \\(same as a\\), got \\[9\\]"),
+        (lambda a: torch.empty(9), "out: expected shape \\[10\\] \\(the result's\\), got \\[9\\]"),
+        (lambda a: torch.empty(0), "out: expected shape \\[10\\] \\(the result's\\), got \\[0\\]"),  # never resized
         (
-            lambda a: torch.empty(10, dtype=torch.float64),
-            "out: expected dtype float32 \\(same as a\\), got float64",
+            lambda a: torch.empty(10, dtype=torch.int64),
+            "out: expected a dtype the result \\(float32\\) can be cast to, got int64",
         ),
-        (lambda a: torch.empty(10, device="meta"), "out: expected device cpu \\(same as a\\), got meta"),
+        (lambda a: torch.empty(10, device="meta"), "out: expected device cpu \\(the inputs'\\), got meta"),
     ],
-    ids=["expanded", "shape", "dtype", "device"],
+    ids=["expanded", "shape", "empty", "dtype", "device"],
 )
 def test_bad_out(make, pattern):
     a = torch.randn(10)

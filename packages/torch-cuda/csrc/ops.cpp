@@ -61,14 +61,24 @@ at::Tensor contiguous_like(const at::Tensor& t) {
 
 // Checks, then `launch` into `out` (a fresh tensor laid out like aten's
 // result when `out` is null). `name` prefixes every error.
+// Operands of other shapes or dtypes are first resolved by aten's rules
+// (promotion, broadcasting: tierkit_torch/checks.h), as on the CPU.
 template <typename Launch>
 at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b, const at::Tensor* out,
-                  const Launch& launch) {
+                  const Launch& launch, bool float_scalar = false, bool resize_out = true) {
+  if (!tierkit_torch::plain_call({&a, &b}) || (out && out->scalar_type() != a.scalar_type())) {
+    const auto p =
+        tierkit_torch::resolve_pointwise<2>(name, {&a, &b}, {"a", "b"}, float_scalar, out, kCUDA, resize_out);
+    at::Tensor target = p.target;
+    binary(name, p.in[0], p.in[1], &target, launch, float_scalar, false);
+    p.finish();
+    return p.result;
+  }
   tierkit_torch::check_first(name, a, "a", kCUDA);
   tierkit_torch::check_like(name, b, "b", a, "a");
   at::Tensor result;
   if (out) {
-    tierkit_torch::prepare_out(name, *out, a, "a");
+    tierkit_torch::prepare_out_for(name, *out, a.scalar_type(), a.sym_sizes(), a.device(), resize_out);
     tierkit_torch::check_out(name, *out, {{&a, "a"}, {&b, "b"}});
     result = *out;
   } else {
@@ -85,11 +95,18 @@ at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b, co
 }
 
 at::Tensor scale_shift_into(const at::Tensor& x, double alpha, double beta, const at::Tensor* out) {
-  constexpr const char* name = "tierkit::scale_shift";
+  const char* name = out ? "tierkit::scale_shift.out" : "tierkit::scale_shift";
+  if (!tierkit_torch::plain_call({&x}) || (out && out->scalar_type() != x.scalar_type())) {
+    const auto p = tierkit_torch::resolve_pointwise<1>(name, {&x}, {"x"}, /*float_scalar=*/true, out, kCUDA);
+    at::Tensor target = p.target;
+    scale_shift_into(p.in[0], alpha, beta, &target);
+    p.finish();
+    return p.result;
+  }
   tierkit_torch::check_first(name, x, "x", kCUDA);
   at::Tensor result;
   if (out) {
-    tierkit_torch::prepare_out(name, *out, x, "x");
+    tierkit_torch::prepare_out_for(name, *out, x.scalar_type(), x.sym_sizes(), x.device());
     tierkit_torch::check_out(name, *out, {{&x, "x"}});
     result = *out;
   } else {
@@ -117,7 +134,7 @@ at::Tensor mul_cuda(const at::Tensor& a, const at::Tensor& b) {
   return binary("tierkit::mul", a, b, nullptr, launch_mul);
 }
 at::Tensor muladd_cuda(const at::Tensor& a, const at::Tensor& b, double c) {
-  return binary("tierkit::muladd", a, b, nullptr, muladd_launch(c));
+  return binary("tierkit::muladd", a, b, nullptr, muladd_launch(c), /*float_scalar=*/true);
 }
 at::Tensor scale_shift_cuda(const at::Tensor& x, double alpha, double beta) {
   return scale_shift_into(x, alpha, beta, nullptr);
@@ -132,7 +149,7 @@ at::Tensor& mul_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& o
   return out;
 }
 at::Tensor& muladd_out_cuda(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
-  binary("tierkit::muladd.out", a, b, &out, muladd_launch(c));
+  binary("tierkit::muladd.out", a, b, &out, muladd_launch(c), /*float_scalar=*/true);
   return out;
 }
 at::Tensor& scale_shift_out_cuda(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
@@ -140,10 +157,9 @@ at::Tensor& scale_shift_out_cuda(const at::Tensor& x, double alpha, double beta,
   return out;
 }
 
+// add_out never resizes: `out` must already have the result's shape.
 at::Tensor& add_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  tierkit_torch::check_add_out(a, b, out, kCUDA);
-  if (out.dim() > kMaxRank && !out.is_contiguous()) return out.copy_(custom_add_cuda(a, b));
-  run(a, &b, out, launch_add);
+  binary("tierkit::add_out", a, b, &out, launch_add, /*float_scalar=*/false, /*resize_out=*/false);
   return out;
 }
 

@@ -28,93 +28,93 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
     `accepted_dtypes` are torch dtype names ("float32", ...), from core's dtype
     table through the C++ library. The .out overloads and add_out need none:
     they decompose into the functional op plus a copy (their
-    CompositeImplicitAutograd kernels, see `apply_out_rules`). `lib`, when given, is the
-    torch.library.Library the registrations belong to.
+    CompositeImplicitAutograd kernels, see `apply_out_rules`). `lib`, when
+    given, is the torch.library.Library the registrations belong to.
+
+    The rules are aten's, as the C++ kernels apply them (torch-cpu's
+    checks.h): the result dtype by type promotion, the shape by broadcasting,
+    the layout of aten's elementwise result, with the same error messages.
     """
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
     accepted_text = _join(list(accepted_dtypes))
 
-    def check_first(op: str, t: Any, arg: str) -> None:
-        torch._check(
-            t.dtype in accepted,
-            lambda: f"{op}: {arg}: expected dtype {accepted_text}, got {_name(t.dtype)}",
-        )
-
-    def check_like(op: str, t: Any, arg: str, ref: Any, ref_name: str) -> None:
-        check_device_dtype(torch, op, t, arg, ref, ref_name)
-        torch._check(
-            t.shape == ref.shape,
-            lambda: (
-                f"{op}: {arg}: expected shape {list(ref.shape)} (same as {ref_name}), got {list(t.shape)}"
-            ),
-        )
-
-    def dense(t: Any) -> bool:
-        # Named is_non_overlapping_and_dense before torch 2.9; the _or_false form
-        # answers False rather than guarding when a dynamic shape leaves it open.
-        import torch._prims_common as prims
-
-        names = vars(prims)
-        check = names.get("is_non_overlapping_and_dense_or_false") or names["is_non_overlapping_and_dense"]
-        return bool(check(t))
-
-    def new_output(*inputs: Any) -> Any:
-        # The C++ rule (aten's, TensorIterator): every input dense and
-        # non-overlapping with the same strides -> those strides (channels_last,
-        # transposed...); otherwise C-contiguous.
-        first = inputs[0]
-        if (
-            first.dim() > 1
-            and not first.is_contiguous()
-            and all(dense(t) and t.stride() == first.stride() for t in inputs)
-        ):
-            return torch.empty_strided(first.shape, first.stride(), dtype=first.dtype, device=first.device)
-        return torch.empty(first.shape, dtype=first.dtype, device=first.device)
-
-    def fake_binary(op: str) -> Callable[..., Any]:
-        def fake(a: Any, b: Any, *scalars: Any) -> Any:
-            check_first(op, a, "a")
-            check_like(op, b, "b", a, "a")
-            return new_output(a, b)
+    def fake_pointwise(op: str, names: Sequence[str], float_scalar: bool) -> Callable[..., Any]:
+        def fake(*args: Any) -> Any:
+            tensors = args[: len(names)]
+            for t, name in zip(tensors[1:], names[1:]):
+                torch._check(
+                    t.device == tensors[0].device,
+                    lambda: f"{op}: {name}: expected device {tensors[0].device} (same as {names[0]}), got {t.device}",
+                )
+            dtype = torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
+            if float_scalar and not (dtype.is_floating_point or dtype.is_complex):
+                dtype = torch.get_default_dtype()  # a Python float promotes integer tensors
+            if dtype not in accepted:
+                bad = next((i for i, t in enumerate(tensors) if t.dtype not in accepted), len(tensors) - 1)
+                got = _name(tensors[bad].dtype) if tensors[bad].dtype not in accepted else _name(dtype)
+                raise RuntimeError(f"{op}: {names[bad]}: expected dtype {accepted_text}, got {got}")
+            shape = list(tensors[0].shape)
+            for i in range(1, len(tensors)):
+                try:
+                    shape = list(torch.broadcast_shapes(shape, tensors[i].shape))
+                except RuntimeError:
+                    others = " and the others" if i > 1 else ""
+                    raise RuntimeError(
+                        f"{op}: {names[i]}: expected a shape that broadcasts with {shape} ({names[0]}{others}), "
+                        f"got {list(tensors[i].shape)}"
+                    ) from None
+            # aten's own elementwise op on the same inputs lays its result out
+            # as TensorIterator does (the C++ kernels use TensorIterator too).
+            proto = torch.mul(*tensors) if len(tensors) > 1 else torch.mul(tensors[0], 1.0)
+            return torch.empty_like(proto, dtype=dtype)
 
         return fake
 
-    def fake_scale_shift(x: Any, alpha: float, beta: float) -> Any:
-        check_first(f"{ns}::scale_shift", x, "x")
-        return new_output(x)
-
     register = torch.library.register_fake
-    for op in ("custom_add", "mul", "muladd"):
-        register(f"{ns}::{op}", fake_binary(f"{ns}::{op}"), lib=lib)
-    register(f"{ns}::scale_shift", fake_scale_shift, lib=lib)
-
-
-def check_device_dtype(torch: Any, op: str, t: Any, arg: str, ref: Any, ref_name: str) -> None:
-    """`t` on `ref`'s device with `ref`'s dtype, or the C++ kernels' sentence."""
-    torch._check(
-        t.device == ref.device,
-        lambda: f"{op}: {arg}: expected device {ref.device} (same as {ref_name}), got {t.device}",
-    )
-    torch._check(
-        t.dtype == ref.dtype,
-        lambda: f"{op}: {arg}: expected dtype {_name(ref.dtype)} (same as {ref_name}), got {_name(t.dtype)}",
-    )
+    for op, names, float_scalar in (
+        ("custom_add", ("a", "b"), False),
+        ("mul", ("a", "b"), False),
+        ("muladd", ("a", "b"), True),
+        ("scale_shift", ("x",), True),
+    ):
+        register(f"{ns}::{op}", fake_pointwise(f"{ns}::{op}", names, float_scalar), lib=lib)
 
 
 def _name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def apply_out_rules(torch: Any, op: str, out: Any, like: Any, like_name: str) -> None:
-    """The .out overloads' rules (aten's, stricter on shape): `out` must match
-    `like` in device and dtype; an empty `out` is resized to like's shape, a
+def apply_out_rules(torch: Any, op: str, out: Any, result: Any, resize: bool = True) -> None:
+    """The out= rules (aten's, stricter on shape; the C++ kernels' words):
+    `out` on the result's device, of a dtype the result can be cast to; an
+    empty `out` is resized to the result's shape (unless `resize` is False), a
     non-empty one of another shape is refused (aten would warn and resize)."""
-    check_device_dtype(torch, op, out, "out", like, like_name)
-    if out.shape != like.shape:
+    torch._check(
+        out.device == result.device,
+        lambda: f"{op}: out: expected device {result.device} (the inputs'), got {out.device}",
+    )
+    torch._check(
+        torch.can_cast(result.dtype, out.dtype),
+        lambda: f"{op}: out: expected a dtype the result ({_name(result.dtype)}) can be cast to, got {_name(out.dtype)}",
+    )
+    if out.shape != result.shape:
         torch._check(
-            out.numel() == 0,
-            lambda: (
-                f"{op}: out: expected shape {list(like.shape)} (same as {like_name}), got {list(out.shape)}"
-            ),
+            resize and out.numel() == 0,
+            lambda: f"{op}: out: expected shape {list(result.shape)} (the result's), got {list(out.shape)}",
         )
-        out.resize_(like.shape)
+        out.resize_(result.shape)
+
+
+def scalar_argument(torch: Any, op: str, name: str, value: Any) -> float:
+    """A `float` argument of the typed faces: a number, or a tensor holding
+    one. A tensor that requires grad is refused rather than read with
+    float(), which would silently cut it out of the graph."""
+    if type(value) is float:  # the common case, first: this is on every call
+        return value
+    if isinstance(value, torch.Tensor) and value.requires_grad and torch.is_grad_enabled():
+        raise TypeError(
+            f"{op}: {name}: expected a number, got a tensor that requires grad; {name} is a float argument, "
+            f"so no gradient can reach it: pass {name}.detach() to use its value, or compute the expression "
+            "with torch ops to differentiate it"
+        )
+    return float(value)

@@ -7,12 +7,20 @@
 #pragma once
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/TypeProperties.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "tierkit/checks.h"
 
@@ -34,18 +42,29 @@ inline const tierkit::DTypeInfo* core_dtype_info(c10::ScalarType t) {
   return tierkit::dtype_from_dlpack(code, 8 * c10::elementSize(t));
 }
 
-// The spelling Python users see ("float32", not c10's "Float"): core's name
-// where core knows the type, torch's Python name otherwise.
-inline std::string_view dtype_name(c10::ScalarType t) {
-  if (const auto* d = core_dtype_info(t)) return d->name;
+// The spelling Python users see (torch.float8_e4m3fn prints float8_e4m3fn):
+// core's name where core knows the type; torch's Python name otherwise,
+// which for the types named after their width is c10's name in lower case
+// (UInt16 -> uint16, Float8_e4m3fn -> float8_e4m3fn, QInt8 -> qint8).
+inline std::string dtype_name(c10::ScalarType t) {
+  if (const auto* d = core_dtype_info(t)) return std::string(d->name);
   switch (t) {
-    case c10::kShort: return "int16";
-    case c10::kChar: return "int8";
     case c10::kByte: return "uint8";
-    case c10::kBool: return "bool";
+    case c10::kChar: return "int8";
+    case c10::kShort: return "int16";
+    case c10::kInt: return "int32";
+    case c10::kLong: return "int64";
+    case c10::kHalf: return "float16";
+    case c10::kFloat: return "float32";
+    case c10::kDouble: return "float64";
+    case c10::kComplexHalf: return "complex32";
     case c10::kComplexFloat: return "complex64";
     case c10::kComplexDouble: return "complex128";
-    default: return c10::toString(t);
+    default: {
+      std::string name = c10::toString(t);
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return name;
+    }
   }
 }
 
@@ -99,42 +118,152 @@ inline void check_out(const char* op, const at::Tensor& out,
   }
 }
 
-// The out= overloads' rules, aten's: an empty `out` is resized to the
-// result's shape; a non-empty one of another shape is refused (aten only
-// warns, then resizes: a silent reallocation users rarely want); dtype and
-// device must match the inputs (no type promotion here).
-inline void prepare_out(const char* op, const at::Tensor& out, const at::Tensor& like,
-                        const char* like_name) {
+// ---- aten's semantics for the pointwise ops --------------------------------
+// A call whose operands share one shape and one accepted dtype (the common
+// case) takes the checks above and no more. Any other is resolved the way
+// aten resolves an elementwise op: the result dtype by type promotion
+// (torch.result_type: 0-d tensors rank below dimensioned ones; a Python
+// float promotes integer tensors to the default dtype), the result shape by
+// broadcasting, its layout by TensorIterator, and `out=` of another dtype
+// written through a temporary, cast like aten's copy. The kernels then run on
+// operands of one dtype and one shape (inputs cast, and expanded: stride 0).
+
+template <std::size_t N>
+struct Pointwise {
+  std::array<at::Tensor, N> in;  // cast to the result dtype, broadcast to its shape
+  at::Tensor target;             // what the kernel writes: `result`, or a temporary of the result dtype
+  at::Tensor result;             // what the op returns
+  // After the kernel: a temporary is copied (cast) into `out`.
+  void finish() const {
+    if (!target.is_same(result)) result.copy_(target);
+  }
+};
+
+// A dtype the kernels compute.
+inline bool accepted(c10::ScalarType t) {
+  const auto* d = core_dtype_info(t);
+  return d && d->accepted;
+}
+
+// True when the operands need nothing beyond the same-shape, same-dtype checks.
+inline bool plain_call(std::initializer_list<const at::Tensor*> tensors) {
+  const at::Tensor& first = **tensors.begin();
+  if (!first.defined() || !accepted(first.scalar_type())) return false;
+  for (const at::Tensor* t : tensors) {
+    if (!t->defined() || t->scalar_type() != first.scalar_type() || t->sizes() != first.sizes()) return false;
+  }
+  return true;
+}
+
+// The shape every input broadcasts to, or an error naming the input that does not.
+template <std::size_t N>
+std::vector<int64_t> broadcast_shape(const char* op, const std::array<const at::Tensor*, N>& in,
+                                     const std::array<const char*, N>& names) {
+  std::vector<int64_t> shape(in[0]->sizes().begin(), in[0]->sizes().end());
+  for (std::size_t i = 1; i < N; ++i) {
+    const auto sizes = in[i]->sizes();
+    const std::size_t rank = std::max(shape.size(), sizes.size());
+    std::vector<int64_t> joined(rank);
+    for (std::size_t k = 0; k < rank; ++k) {
+      const int64_t x = k < rank - shape.size() ? 1 : shape[k - (rank - shape.size())];
+      const int64_t y = k < rank - sizes.size() ? 1 : sizes[k - (rank - sizes.size())];
+      TORCH_CHECK(x == y || x == 1 || y == 1, op, ": ", names[i], ": expected a shape that broadcasts with ",
+                  c10::IntArrayRef(shape), " (", names[0], i > 1 ? " and the others" : "", "), got ",
+                  sizes);
+      joined[k] = x == 1 ? y : x;
+    }
+    shape = std::move(joined);
+  }
+  return shape;
+}
+
+// The result dtype by aten's promotion; refused, naming the first input that
+// is not an accepted dtype, when the kernels do not compute it.
+template <std::size_t N>
+c10::ScalarType result_dtype(const char* op, const std::array<const at::Tensor*, N>& in,
+                             const std::array<const char*, N>& names, bool float_scalar) {
+  at::native::ResultTypeState state{};
+  for (const at::Tensor* t : in) state = at::native::update_result_type_state(*t, state);
+  if (float_scalar) state = at::native::update_result_type_state(c10::Scalar(1.0), state);
+  const c10::ScalarType dtype = at::native::result_type(state);
+  if (!accepted(dtype)) {
+    std::size_t bad = 0;
+    while (bad + 1 < N && accepted(in[bad]->scalar_type())) ++bad;
+    const bool bad_is_accepted = accepted(in[bad]->scalar_type());
+    core_check(op, [&] {
+      tierkit::checks::unknown_dtype(names[bad], bad_is_accepted ? dtype_name(dtype) : dtype_name(in[bad]->scalar_type()));
+    });
+  }
+  return dtype;
+}
+
+// `out`'s rules (aten's): same device; a dtype the result can be cast to
+// (float -> float64 or complex, not -> int); an empty `out` is resized to
+// the result's shape, a non-empty one of another shape is refused (aten
+// warns, then resizes: a silent reallocation users rarely want) unless
+// `resize` is false, when the shape must match exactly.
+inline void prepare_out_for(const char* op, const at::Tensor& out, c10::ScalarType dtype,
+                            c10::SymIntArrayRef shape, c10::Device device, bool resize = true) {
   check_defined(op, out, "out");
-  TORCH_CHECK(out.device() == like.device(), op, ": out: expected device ", like.device(), " (same as ",
-              like_name, "), got ", out.device());
-  core_check(op, [&] {
-    tierkit::checks::same_dtype("out", dtype_name(out.scalar_type()), like_name,
-                                dtype_name(like.scalar_type()));
-  });
+  TORCH_CHECK(out.device() == device, op, ": out: expected device ", device, " (the inputs'), got ",
+              out.device());
+  TORCH_CHECK(c10::canCast(dtype, out.scalar_type()), op, ": out: expected a dtype the result (",
+              dtype_name(dtype), ") can be cast to, got ", dtype_name(out.scalar_type()));
   // Symbolic sizes: this also runs while torch.compile traces the .out
   // overloads' decomposition with dynamic shapes, where comparisons are guards.
-  if (out.sym_sizes() != like.sym_sizes()) {
-    TORCH_CHECK(out.sym_numel() == 0, op, ": out: expected shape ", like.sym_sizes(), " (same as ", like_name,
-                "), got ", out.sym_sizes());
-    out.resize__symint(like.sym_sizes());
+  if (out.sym_sizes() != shape) {
+    TORCH_CHECK(resize && out.sym_numel() == 0, op, ": out: expected shape ", shape, " (the result's), got ",
+                out.sym_sizes());
+    out.resize__symint(shape);
   }
 }
 
-// Every check add_out needs, for the kernels of any device.
-inline void check_add_out(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
-                          c10::DeviceType device) {
-  constexpr const char* op = "tierkit::add_out";
-  check_first(op, a, "a", device);
-  check_like(op, b, "b", a, "a");
-  check_like(op, out, "out", a, "a");
-  check_out(op, out, {{&a, "a"}, {&b, "b"}});
+// A fresh result laid out as aten lays out an elementwise result of `in`
+// (TensorIterator's rule: the inputs' stride order, broadcast dims aside).
+template <typename Inputs>
+at::Tensor aten_result(const Inputs& in, c10::ScalarType dtype) {
+  at::TensorIteratorConfig config;
+  config.add_owned_output(at::Tensor()).check_all_same_dtype(false).declare_static_dtype(dtype);
+  for (const at::Tensor* t : in) config.add_const_input(*t);
+  return config.build().output();
 }
 
-// aten's layout rule for an elementwise result (TensorIterator): when every
-// input is non-overlapping and dense with the same strides (channels_last,
-// a transposed tensor...), the output takes those strides; otherwise it is
-// C-contiguous. The fake kernels apply the same rule (_registrations.py).
+// Resolves a pointwise call by aten's rules (see above); `float_scalar`: the
+// op also takes a Python float. Device checks are the first input's.
+template <std::size_t N>
+Pointwise<N> resolve_pointwise(const char* op, const std::array<const at::Tensor*, N>& in,
+                               const std::array<const char*, N>& names, bool float_scalar, const at::Tensor* out,
+                               c10::DeviceType device, bool resize_out = true) {
+  for (std::size_t i = 0; i < N; ++i) check_defined(op, *in[i], names[i]);
+  TORCH_CHECK(in[0]->device().type() == device, op, ": ", names[0], ": expected a ",
+              c10::DeviceTypeName(device, true), " tensor, got one on ", in[0]->device());
+  for (std::size_t i = 1; i < N; ++i) {
+    TORCH_CHECK(in[i]->device() == in[0]->device(), op, ": ", names[i], ": expected device ", in[0]->device(),
+                " (same as ", names[0], "), got ", in[i]->device());
+  }
+  const c10::ScalarType dtype = result_dtype(op, in, names, float_scalar);
+  const std::vector<int64_t> shape = broadcast_shape(op, in, names);
+  Pointwise<N> p;
+  for (std::size_t i = 0; i < N; ++i) p.in[i] = in[i]->to(dtype).expand(shape);
+  if (out) {
+    prepare_out_for(op, *out, dtype, c10::fromIntArrayRefSlow(shape), in[0]->device(), resize_out);
+    TORCH_CHECK(at::has_internal_overlap(*out) != at::MemOverlap::Yes, op,
+                ": out: has internal overlap (e.g. an expanded tensor), so several elements share one address");
+    for (std::size_t i = 0; i < N; ++i) {
+      TORCH_CHECK(at::get_overlap_status(*out, *in[i]) != at::MemOverlapStatus::Partial, op,
+                  ": out: partially overlaps ", names[i], "; only an exact alias (in place) is allowed");
+    }
+    p.result = *out;
+    p.target = out->scalar_type() == dtype ? *out : at::empty_like(*out, out->options().dtype(dtype));
+  } else {
+    p.result = p.target = aten_result(in, dtype);
+  }
+  return p;
+}
+
+// Every input non-overlapping and dense with the same strides (contiguous,
+// channels_last, a transposed tensor...): aten's elementwise result then
+// takes those strides, and the kernels may see the operands as flat memory.
 inline bool same_dense_layout(std::initializer_list<const at::Tensor*> tensors) {
   const at::Tensor& first = **tensors.begin();
   for (const at::Tensor* t : tensors) {
@@ -143,9 +272,12 @@ inline bool same_dense_layout(std::initializer_list<const at::Tensor*> tensors) 
   return true;
 }
 
+// The result of inputs of one shape and dtype, laid out as aten's. Inputs
+// sharing one dense layout (the common case) give it without TensorIterator.
 inline at::Tensor new_output(std::initializer_list<const at::Tensor*> inputs) {
   const at::Tensor& first = **inputs.begin();
-  if (first.dim() > 1 && !first.is_contiguous() && same_dense_layout(inputs)) {
+  if (!same_dense_layout(inputs)) return aten_result(inputs, first.scalar_type());
+  if (first.dim() > 1 && !first.is_contiguous()) {
     return at::empty_strided(first.sizes(), first.strides(), first.options());
   }
   return at::empty(first.sizes(), first.options().memory_format(c10::MemoryFormat::Contiguous));

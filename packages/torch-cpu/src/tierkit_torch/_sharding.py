@@ -3,7 +3,8 @@
 Per mesh dimension, what each op accepts (DTensor expands it to the full
 mesh and redistributes inputs that match no strategy):
 
-* every op: all Replicate, or all Shard(d) on the same tensor dim d;
+* every op: all Replicate, or Shard(d) of the output from each input sharded
+  on its matching dim (an input broadcast along d stays Replicate);
 * ``custom_add``: Partial + Partial -> Partial (a sum of partial sums is linear);
 * ``mul``: Partial * Replicate (either order) -> Partial, never Partial * Partial;
 * ``scale_shift`` / ``muladd``: Partial only when the added constant is 0
@@ -26,12 +27,21 @@ _DTENSOR = "torch.distributed.tensor"
 _done = False
 
 
-def _strategies(ndim: int, n_tensors: int, n_scalars: int, partial: list[list[str]]):
+def _strategies(tensors, n_scalars: int, partial: list[list[str]]):
+    """The strategies of a broadcasting pointwise op over `tensors` (their
+    metadata): Shard(d) of the output shards each input on its own matching
+    dim, or replicates an input that is broadcast along d (size 1, or missing)."""
     from torch.distributed.tensor import Partial, Replicate, Shard
 
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
     pad: list = [None] * n_scalars
-    out: list[tuple[list, list]] = [([Replicate()], [Replicate()] * n_tensors + pad)]
-    out += [([Shard(d)], [Shard(d)] * n_tensors + pad) for d in range(ndim)]
+    out: list[tuple[list, list]] = [([Replicate()], [Replicate()] * len(tensors) + pad)]
+    for d in range(len(shape)):
+        placements = []
+        for t in tensors:
+            k = d - (len(shape) - t.ndim)
+            placements.append(Shard(k) if k >= 0 and t.shape[k] == shape[d] else Replicate())
+        out.append(([Shard(d)], placements + pad))
     for kinds in partial:
         out.append(([Partial()], [Partial() if k == "P" else Replicate() for k in kinds] + pad))
     return out
@@ -47,19 +57,19 @@ def register() -> None:
 
     @register_sharding(ops.custom_add.default)
     def _custom_add(a, b):
-        return _strategies(a.ndim, 2, 0, [["P", "P"]])
+        return _strategies((a, b), 0, [["P", "P"]])
 
     @register_sharding(ops.mul.default)
     def _mul(a, b):
-        return _strategies(a.ndim, 2, 0, [["P", "R"], ["R", "P"]])
+        return _strategies((a, b), 0, [["P", "R"], ["R", "P"]])
 
     @register_sharding(ops.scale_shift.default)
     def _scale_shift(x, alpha, beta):
-        return _strategies(x.ndim, 1, 2, [["P"]] if beta == 0 else [])
+        return _strategies((x,), 2, [["P"]] if beta == 0 else [])
 
     @register_sharding(ops.muladd.default)
     def _muladd(a, b, c):
-        return _strategies(a.ndim, 2, 1, [["P", "R"], ["R", "P"]] if c == 0 else [])
+        return _strategies((a, b), 1, [["P", "R"], ["R", "P"]] if c == 0 else [])
 
     _done = True
 

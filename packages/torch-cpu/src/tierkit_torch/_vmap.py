@@ -2,7 +2,9 @@
 
 Each rule moves the batch dimension of every batched tensor to the front and
 expands unbatched ones (a stride-0 view, no copy) so the op runs once on the
-whole batch: no per-example loop. Nested vmap and vmap of grad compose,
+whole batch: no per-example loop. The ops broadcast, so a tensor of lower
+logical rank gets size-1 dims after the batch dim (what broadcasting would
+have prepended to it per example). Nested vmap and vmap of grad compose,
 because the rule calls the op itself (which has autograd and its own rules).
 """
 
@@ -17,9 +19,15 @@ def _front(info, tensor: torch.Tensor, dim: int | None) -> torch.Tensor:
     return tensor.movedim(dim, 0)
 
 
+def _aligned(info, tensors, dims):
+    fronts = [_front(info, t, d) for t, d in zip(tensors, dims)]
+    rank = max(t.dim() for t in fronts)
+    return [t.reshape(t.shape[:1] + (1,) * (rank - t.dim()) + t.shape[1:]) for t in fronts]
+
+
 def _binary_rule(op):
     def rule(info, in_dims, a, b, *scalars):
-        return op(_front(info, a, in_dims[0]), _front(info, b, in_dims[1]), *scalars), 0
+        return op(*_aligned(info, (a, b), in_dims[:2]), *scalars), 0
 
     return rule
 
