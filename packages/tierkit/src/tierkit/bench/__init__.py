@@ -35,6 +35,16 @@ def main(args) -> int:
     paths = report.write(results, args.out)
     print("\n".join(["wrote:", *paths]))
     for t in results["targets"]:
-        met = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
-        print(f"  [{met}] {t['target']}: {t['measured']}")
-    return 0
+        print(f"  [{status(t)}] {t['target']}: {t['measured']}")
+    errors = [t for t in results["targets"] if t.get("error")]
+    for t in errors:
+        print(f"bench: measurement error: {t['target']}: {t['detail']}", file=sys.stderr)
+    # A figure above its limit is not a result: the session fails.
+    return 1 if errors else 0
+
+
+def status(t: dict) -> str:
+    """A target's verdict: a figure above its limit is an error, never met."""
+    if t.get("error"):
+        return "MEASUREMENT ERROR"
+    return "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")

@@ -31,6 +31,15 @@ def info() -> dict:
             data[module] = getattr(mod, "__version__", "?")
         except ImportError:
             data[module] = None
+    from . import limit, stream_lib
+
+    data["caches"] = limit.caches()
+    try:
+        data["stream_simd"] = stream_lib.simd()  # builds (or finds) the compiled limit kernel
+        data["stream_build"] = stream_lib.BUILD_COMMAND
+    except stream_lib.BuildError as exc:
+        data["stream_build"] = None
+        data["stream_error"] = str(exc)
     try:
         import torch
 

@@ -29,7 +29,9 @@ def markdown(results: dict) -> str:
                     t["target"],
                     t["threshold"],
                     "—" if t["measured"] is None else t["measured"],
-                    "not measured" if t["met"] is None else ("yes" if t["met"] else "**no**"),
+                    "**measurement error**"
+                    if t.get("error")
+                    else ("not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")),
                     t["detail"],
                 ]
                 for t in results["targets"]

@@ -39,6 +39,19 @@ class Samples:
         return max(self.seconds)
 
 
+class SelfTimed:
+    """An implementation that times itself: called with a number of calls,
+    it makes them and returns the seconds a call (the compiled STREAM kernel
+    times its loop inside the library, so no Python or ctypes overhead is in
+    the limit). ``interleaved`` gives it the same calls a sample as the others."""
+
+    def __init__(self, run: Callable[[int], float]):
+        self.run = run
+
+    def __call__(self, calls: int = 1) -> float:
+        return self.run(calls)
+
+
 def per_call(fn: Callable[[], object], inner: int) -> float:
     start = time.perf_counter()
     for _ in range(inner):
@@ -57,8 +70,9 @@ def interleaved(
     for rep in range(reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate: no fixed position bias
         for name in order:
-            impls[name]()  # settle: see the module docstring
-            out[name].append(per_call(impls[name], inner))
+            fn = impls[name]
+            fn()  # settle: see the module docstring
+            out[name].append(fn(inner) if isinstance(fn, SelfTimed) else per_call(fn, inner))
     return {name: Samples(values) for name, values in out.items()}
 
 

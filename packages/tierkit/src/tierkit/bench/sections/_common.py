@@ -84,13 +84,15 @@ _PALETTE = [
 ]  # fmt: skip
 _FIXED = {
     "bridge": 0, "bridge out=": 1, "torch op": 2, "torch op out=": 3, "torch add_out": 4, "numpy": 5,
-    "numpy out=": 6, "torch eager": 7, "torch eager out=": 8, "torch.compile": 9, "STREAM scale": 10,
-    "STREAM add": 10, "torch eager (THP)": 7, "torch.compile (THP)": 9,
+    "numpy out=": 6, "torch eager": 7, "torch eager out=": 8, "torch.compile": 9, "torch add out=": 10,
+    "torch eager (THP)": 7, "torch.compile (THP)": 9,
 }  # fmt: skip
 
 
 def color_of(impl: str) -> str:
-    """The colour of `impl` wherever it is drawn."""
+    """The colour of `impl` wherever it is drawn (every compiled STREAM limit grey)."""
+    if impl.startswith("STREAM"):
+        return "#555555"
     if impl in _FIXED:
         return _PALETTE[_FIXED[impl]]
     return _PALETTE[11 + sum(map(ord, impl)) % (len(_PALETTE) - 11)]

@@ -1,49 +1,210 @@
-"""1. The limit: STREAM-style bandwidth with torch's own loops."""
+"""1. The limit: a compiled STREAM kernel (copy, scale, add, triad) with
+ordinary and non-temporal stores, on arrays beyond the caches, beside
+torch's own loops (the figures once called "STREAM") and tierkit's out= ops,
+all in the same repetitions."""
 
 from __future__ import annotations
 
-from ..timing import interleaved
-from ._common import ALPHA, Config, gbs, need, row, table, timed, timed_rows
+import math
+from typing import Any
 
-TITLE = "The limit: STREAM bandwidth (torch loops, arrays far beyond the caches)"
+from .. import limit, stream_lib
+from ..timing import Samples, interleaved
+from ._common import ALPHA, BETA, Config, Skip, gbs, need, row, table, target, timed, timed_rows
+
+TITLE = "The limit: compiled STREAM bandwidth (ordinary and non-temporal stores, arrays beyond the caches)"
+
+# tierkit's out= ops measured beside the limit: impl -> (op, STREAM kernel, whose threads)
+OPS = {
+    "bridge out= scale_shift": ("scale_shift", "scale", "pool"),
+    "bridge out= add": ("add", "add", "pool"),
+    "torch op out= scale_shift": ("scale_shift", "scale", "torch"),
+    "torch add_out": ("add", "add", "torch"),
+}
+
+
+def beyond_n(cache_list: list[dict]) -> int:
+    """float32 elements an array needs to be beyond the caches (at least
+    6.4e7, the kernels section's largest size)."""
+    llc = limit.llc_bytes(cache_list)
+    need_n = 0 if llc is None else math.ceil(limit.BEYOND * llc / 4)
+    return max(64_000_000, -(-need_n // 1_000_000) * 1_000_000)
+
+
+def limit_impls(streams: dict[int, stream_lib.Stream], kernels, stores) -> dict[str, Any]:
+    """The compiled kernels as self-timed implementations, by name."""
+    return {
+        impl_name(k, store, t): s.timer(k, store, ALPHA)
+        for t, s in streams.items()
+        for k in kernels
+        for store in stores
+    }
+
+
+def impl_name(kernel: str, store: str, threads: int) -> str:
+    return f"STREAM {kernel} ({store} stores, {threads}T)"
+
+
+def limit_samples(samples: dict[str, Samples], kernel: str, threads: int, stores) -> list[float]:
+    """Per repetition, the fastest compiled form on at most `threads` threads:
+    an op allowed T threads may use fewer, and core's pool hands off slower
+    than a spinning OpenMP pool on mid sizes, so T threads alone is no limit."""
+    prefix = f"STREAM {kernel} ("
+    counts = sorted({int(name.rsplit(", ", 1)[1][:-2]) for name in samples if name.startswith(prefix)})
+    return limit.limit_seconds(
+        *(samples[impl_name(kernel, store, t)].seconds for t in counts if t <= threads for store in stores)
+    )
 
 
 def measure(cfg: Config) -> list[dict]:
-    """STREAM-style bandwidth with torch's own loops (copy, scale, add, triad)
-    over arrays far larger than the caches; bytes counted as STREAM does."""
+    need("numpy")
     torch = need("torch")
-    n = (1 << 23) if cfg.quick else (1 << 25)  # 32 MiB / 128 MiB per float32 array
-    a, b, c = (torch.rand(n) for _ in range(3))
-    kernels = {
-        "copy": (lambda: b.copy_(a), 2),
-        "scale": (lambda: torch.mul(a, ALPHA, out=b), 2),
-        "add": (lambda: torch.add(a, b, out=c), 3),
-        "triad": (lambda: torch.add(b, c, alpha=ALPHA, out=a), 3),
-    }
-    rows = []
-    saved = torch.get_num_threads()
+    tb = need("tierkit_bridge")
+    need("tierkit_torch")
     try:
-        for threads in sorted({1, saved}):
-            torch.set_num_threads(threads)
-            samples = interleaved({k: fn for k, (fn, _) in kernels.items()}, cfg.reps)
-            for k, (_, arrays) in kernels.items():
-                s = samples[k]
+        stream_lib.library()
+    except stream_lib.BuildError as exc:
+        raise Skip(f"the STREAM kernel cannot be built here: {exc}") from exc
+    cache_list = limit.caches()
+    n = beyond_n(cache_list)
+    pool_t, torch_t = stream_lib.default_threads(), torch.get_num_threads()
+    threads = sorted({1, pool_t, torch_t})
+    cfg.log(f"stream: compiled kernel ({stream_lib.simd()}), n={n:,}, threads {threads}")
+    streams = {t: stream_lib.Stream(n, t) for t in threads}
+    stores = [s for s in limit.STORES if streams[threads[0]].has(s)]
+    impls: dict[str, Any] = limit_impls(streams, limit.KERNELS, stores)
+    a, b, c = (torch.rand(n) for _ in range(3))
+    x, y, out = a.numpy(), b.numpy(), c.numpy()
+    ops = torch.ops.tierkit
+    impls.update(
+        {
+            "torch loop copy": lambda: c.copy_(a),
+            "torch loop scale": lambda: torch.mul(c, ALPHA, out=b),
+            "torch loop add": lambda: torch.add(a, b, out=c),
+            "torch loop triad": lambda: torch.add(b, c, alpha=ALPHA, out=a),
+            "bridge out= scale_shift": lambda: tb.scale_shift(x, ALPHA, BETA, out=out),
+            "bridge out= add": lambda: tb.add(x, y, out=out),
+            "torch op out= scale_shift": lambda: ops.scale_shift.out(a, ALPHA, BETA, out=c),
+            "torch add_out": lambda: ops.add_out(a, b, c),
+        }
+    )
+    samples = interleaved(impls, cfg.reps)
+    rows = []
+    for k, (_, arrays) in limit.KERNELS.items():
+        kind = limit.regime([n * 4] * arrays, cache_list)
+        for t in threads:
+            for store in stores:
+                s = samples[impl_name(k, store, t)]
                 rows.append(
-                    row("stream", s, kernel=k, threads=threads, n=n, gbs=gbs(arrays * n * 4, s.median))
-                )
-    finally:
-        torch.set_num_threads(saved)
+                    row("stream", s, kernel=k, impl="compiled", store=store, threads=t, n=n,
+                        gbs=gbs(arrays * n * 4, s.median), regime=kind)
+                )  # fmt: skip
+            s = Samples(limit_samples(samples, k, t, stores))
+            rows.append(
+                row("stream", s, kernel=k, impl="limit", store="faster form", threads=t, n=n,
+                    gbs=gbs(arrays * n * 4, s.median), regime=kind)
+            )  # fmt: skip
+        s = samples[f"torch loop {k}"]
+        rows.append(
+            row("stream", s, kernel=k, impl="torch loop", store="torch", threads=torch_t, n=n,
+                gbs=gbs(arrays * n * 4, s.median), regime=kind,
+                of_limit=limit.fraction(limit_samples(samples, k, torch_t, stores), s.seconds))
+        )  # fmt: skip
+    for impl, (op, k, whose) in OPS.items():
+        t = pool_t if whose == "pool" else torch_t
+        arrays = limit.KERNELS[k][1]
+        s = samples[impl]
+        rows.append(
+            row("stream", s, kernel=k, impl=impl, op=op, store="tierkit", threads=t, n=n,
+                gbs=gbs(arrays * n * 4, s.median), regime=limit.regime([n * 4] * arrays, cache_list),
+                of_limit=limit.fraction(limit_samples(samples, k, t, stores), s.seconds))
+        )  # fmt: skip
+    for s_ in streams.values():
+        s_.close()
     return rows
 
 
+def _caches_line(m: dict) -> str:
+    cache_list = m.get("caches") or []
+    if not cache_list:
+        return "Caches: not known here (no sysfs facts), so no size is called beyond the caches."
+    llc = limit.llc_bytes(cache_list) or 0
+    levels = ", ".join(
+        f"{c['level']} {limit.human(c['size'])}" + (f" x{c['instances']}" if c["instances"] > 1 else "")
+        for c in cache_list
+    )
+    return (
+        f"Caches (sysfs): {levels}. An array size is beyond the caches only when every array the kernel "
+        f"touches is >= {limit.BEYOND} x the last level ({limit.human(limit.BEYOND * llc)} here)."
+    )
+
+
 def markdown(results: dict) -> list[str]:
-    return [
+    rows = timed_rows(results, "stream")
+    m = results.get("machine", {})
+    out = [_caches_line(m), ""]
+    if m.get("stream_build"):
+        out += [
+            f"Kernel: `{m['stream_build']}` (vector level {m.get('stream_simd')}; core's ThreadPool and grain; "
+            "arrays first touched by the threads that run the kernels). The limit of a kernel on T threads is, in "
+            "each repetition, the fastest of its two store forms on 1 to T threads; every other row's "
+            '"of limit" is paired with that per repetition at its own thread count.',
+            "",
+        ]
+    if rows and "impl" in rows[0]:
+        n = rows[0]["n"]
+        out += [f"n = {n:.2e} float32 ({limit.human(n * 4)} an array).", ""]
+    out.append(
         table(
-            ["kernel", "threads", "GB/s", "time"],
-            [[r["kernel"], r["threads"], f"{r['gbs']:.1f}", timed(r)] for r in timed_rows(results, "stream")],
+            ["kernel", "implementation", "stores", "threads", "GB/s", "of limit", "time"],
+            [
+                [
+                    r["kernel"],
+                    r.get("impl", "torch loop"),
+                    r.get("store", "—"),
+                    r["threads"],
+                    f"{r['gbs']:.1f}",
+                    limit.fmt_fraction(r.get("of_limit"), r.get("regime")),
+                    timed(r),
+                ]
+                for r in rows
+            ],
         )
-    ]
+    )
+    return out
+
+
+def fraction_rows(results: dict) -> list[tuple[str, dict, float]]:
+    """(section, row, fraction of its limit) for every figure that has one."""
+    out = []
+    for section, key in (("stream", "of_limit"), ("kernels", "fraction_of_limit")):
+        for r in timed_rows(results, section):
+            if r.get(key) is not None:
+                out.append((section, r, r[key]))
+    return out
+
+
+def describe(section: str, r: dict, frac: float) -> str:
+    what = r.get("impl", "?") + (f" {r['op']}" if r.get("op") and r["op"] not in r.get("impl", "") else "")
+    kind = r.get("regime") or r.get("limit_kind") or "?"
+    return f"{section}: {what} n={r['n']:.1e} {r['threads']}T: {frac:.2f} of {limit.regime_label(kind)}"
 
 
 def targets(results: dict) -> list[dict]:
-    return []
+    name = f"no figure above {limit.ERROR} x its limit (else: a measurement error, the session fails)"
+    rows = fraction_rows(results)
+    if not rows:
+        return [
+            target(name, limit.ERROR, None, None, "no figure compared with the compiled limit in this run")
+        ]
+    worst = max(rows, key=lambda x: x[2])
+    errors = [x for x in rows if limit.is_error(x[2])]
+    detail = (
+        "MEASUREMENT ERROR: " + "; ".join(describe(*x) for x in errors)
+        if errors
+        else f"highest: {describe(*worst)} ({len(rows)} figures)"
+    )
+    t = target(name, limit.ERROR, round(worst[2], 3), not errors, detail)
+    if errors:
+        t["error"] = True
+    return [t]
