@@ -3,16 +3,18 @@
 # disk cannot hold a run. A full disk otherwise shows up minutes in as an
 # unrelated error (python3 -m venv: "ensurepip ... returned non-zero exit
 # status 1", pip: "No space left on device" half-way through torch).
-# A finished first run leaves about 7 GB in the checkout (the shared env with
-# CUDA torch is 5.5 GB, builds and wheels the rest); 10 GB is asked for, to
-# leave room for what pip and the builds hold while they run. Later runs reuse
-# the env and need 2 GB. Temp space is for pip's unpacking and compiler
+# A finished first run leaves about 13.5 GB in the checkout (the shared env
+# with CUDA torch is 5.5 GB, the newest torch's env for tests-stable 5.4 GB,
+# the oldest torch's 1 GB, builds, wheels and the Python 3.13 venv the rest);
+# 16 GB is asked for, to leave room for what pip and the builds hold while
+# they run. Later runs reuse the envs and need 2 GB. The on-demand
+# tests-abi3-3.13 adds 5.5 GB (torch for Python 3.13). Temp space is for pip's unpacking and compiler
 # scratch files.
 # TIERKIT_MIN_FREE_GB overrides the checkout's figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -x .nox/_env/bin/python ]; then default_gb=2; else default_gb=10; fi
+if [ -x .nox/_env/bin/python ] && [ -x .nox/_torch_next/bin/python ]; then default_gb=2; else default_gb=16; fi
 need_gb="${TIERKIT_MIN_FREE_GB:-$default_gb}"
 tmp="${TMPDIR:-/tmp}"
 

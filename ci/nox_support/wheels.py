@@ -213,14 +213,17 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def install_dist_wheel(session: nox.Session, env_py: str, wheel: Path) -> None:
+def install_dist_wheel(session: nox.Session, env_py: str, wheel: Path, pip_env: dict | None = None) -> None:
     """`wheel`, this very file, into another env; only this repository's
-    wheels, never an index (torch is already there), then `pip check`."""
+    wheels, never an index (torch is already there), then `pip check`.
+    `pip_env`: the environment that env's requirements were installed with
+    (the newest torch's env must not see this machine's torch<=2.14.1
+    constraint, or pip "repairs" its torch 2.15.0 with the 2.13.0 on disk)."""
     dist = wheel.name.split("-")[0]
     session.run(env_py, "-m", "pip", "uninstall", "-q", "-y", dist, external=True, silent=True)
     session.run(
         env_py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel),
-        external=True,
+        external=True, env=pip_env or {},
     )  # fmt: skip
     session.run(env_py, "-m", "pip", "check", external=True)
 
@@ -231,7 +234,7 @@ def test_wheel_on_torches(session: nox.Session, py: str, name: str, pytest_args:
     the oldest torch it targets and into one holding the newest release; the
     tier's tests run in all three, and the file's sha256 must not change."""
     from .env import shared_env
-    from .matrix import next_torch_env
+    from .matrix import UNCAPPED, next_torch_env
     from .tiers import TORCH_OLDEST
 
     tier = TIERS[name]
@@ -241,8 +244,8 @@ def test_wheel_on_torches(session: nox.Session, py: str, name: str, pytest_args:
     install_wheel(session, py, name, wheel, force=True)  # this very file, not a source-tree build
     oldest = shared_env(session, TORCH_OLDEST, env_dir=OLDEST_ENV)
     newest = next_torch_env(session)
-    for env_py in (oldest, newest):
-        install_dist_wheel(session, env_py, wheel)
+    install_dist_wheel(session, oldest, wheel)
+    install_dist_wheel(session, newest, wheel, pip_env=UNCAPPED)
     digest = sha256(wheel)
     tests = str(ROOT / tier.path / "tests")
     for label, env_py in (("shared env", py), ("oldest torch", oldest), ("newest torch", newest)):

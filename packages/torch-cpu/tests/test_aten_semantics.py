@@ -305,3 +305,35 @@ def test_the_typed_face_refuses_a_scalar_tensor_that_requires_grad(face):
     torch.testing.assert_close(ops.scale_shift(x, alpha.detach(), 1.0), x * 2 + 1)  # by value
     with torch.no_grad():
         torch.testing.assert_close(ops.scale_shift(x, alpha, 1.0), x * 2 + 1)
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_an_inference_tensor_as_out_outside_inference_mode_is_refused(ns):
+    with torch.inference_mode():
+        out = torch.zeros(3)
+    a = rand(3)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        call(ns, "custom_add", a, a, out=out)
+    assert not out.any()
+    with torch.inference_mode():
+        call(ns, "custom_add", a, a, out=out)
+    torch.testing.assert_close(out, a + a)
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_an_inference_tensor_meets_one_that_requires_grad_as_in_aten(ns):
+    with torch.inference_mode():
+        frozen = torch.ones(3)
+    w = rand(3).requires_grad_()
+    call(ns, "custom_add", frozen, w).sum().backward()  # add saves nothing, so this works in aten
+    torch.testing.assert_close(w.grad, torch.ones(3))
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+@pytest.mark.parametrize(("op", "saved"), [("custom_add", 0), ("scale_shift", 0), ("mul", 2), ("muladd", 2)])
+def test_only_what_the_derivative_needs_is_saved(ns, op, saved):
+    a, b = rand(4).requires_grad_(), rand(4).requires_grad_()
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        call(ns, op, a, b)
+    assert len(packed) == saved  # aten's add and mul(x, scalar) save 0, mul saves 2

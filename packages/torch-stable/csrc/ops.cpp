@@ -16,25 +16,40 @@ namespace tierkit_stable {
 namespace {
 
 // Binary ops: checks, then `kernel(view_a, view_b, view_out)` into `out`
-// (a fresh tensor when `out` is null).
+// (a fresh tensor when `out` is null). Operands of one shape and dtype go
+// straight to the kernel; others are resolved by aten's rules first
+// (promotion, broadcasting: stable_tensor.h).
 template <typename Kernel>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b, Tensor* out, const Kernel& kernel) {
+Tensor binary(const char* op, const Tensor& a, const Tensor& b, Tensor* out, const Kernel& kernel,
+              bool float_scalar = false, bool resize_out = true) {
+  if (!plain_call({&a, &b}) || (out && out->scalar_type() != a.scalar_type())) {
+    auto p = resolve_pointwise<2>(op, {&a, &b}, {"a", "b"}, float_scalar, out, resize_out);
+    run_views<3>(op, {p.in[0], p.in[1], p.target}, kernel);
+    p.finish();
+    return p.result;
+  }
   check_first(op, a, "a");
   check_like(op, b, "b", a, "a");
   Tensor result = out ? *out : new_output({&a, &b});
-  if (out) prepare_out(op, result, a, "a");
+  if (out) prepare_out(op, result, a, resize_out);
   run_views<3>(op, {a, b, result}, kernel);
   return result;
 }
 
-Tensor scale_shift_into(const Tensor& x, double alpha, double beta, Tensor* out) {
-  constexpr const char* op = "tierkit_stable::scale_shift";
+Tensor scale_shift_into(const char* op, const Tensor& x, double alpha, double beta, Tensor* out) {
+  const auto kernel = [&](const auto& vx, const auto& vo) {
+    tierkit::kernels::scale_shift(vx, alpha, beta, vo, StableRunner{});
+  };
+  if (!plain_call({&x}) || (out && out->scalar_type() != x.scalar_type())) {
+    auto p = resolve_pointwise<1>(op, {&x}, {"x"}, /*float_scalar=*/true, out);
+    run_views<2>(op, {p.in[0], p.target}, kernel);
+    p.finish();
+    return p.result;
+  }
   check_first(op, x, "x");
   Tensor result = out ? *out : new_output({&x});
-  if (out) prepare_out(op, result, x, "x");
-  run_views<2>(op, {x, result}, [&](const auto& vx, const auto& vo) {
-    tierkit::kernels::scale_shift(vx, alpha, beta, vo, StableRunner{});
-  });
+  if (out) prepare_out(op, result, x);
+  run_views<2>(op, {x, result}, kernel);
   return result;
 }
 
@@ -52,9 +67,11 @@ auto muladd_kernel(double c) {
 
 Tensor custom_add(Tensor a, Tensor b) { return binary("tierkit_stable::custom_add", a, b, nullptr, kAdd); }
 Tensor mul(Tensor a, Tensor b) { return binary("tierkit_stable::mul", a, b, nullptr, kMul); }
-Tensor scale_shift(Tensor x, double alpha, double beta) { return scale_shift_into(x, alpha, beta, nullptr); }
+Tensor scale_shift(Tensor x, double alpha, double beta) {
+  return scale_shift_into("tierkit_stable::scale_shift", x, alpha, beta, nullptr);
+}
 Tensor muladd(Tensor a, Tensor b, double c) {
-  return binary("tierkit_stable::muladd", a, b, nullptr, muladd_kernel(c));
+  return binary("tierkit_stable::muladd", a, b, nullptr, muladd_kernel(c), /*float_scalar=*/true);
 }
 
 Tensor custom_add_out(Tensor a, Tensor b, Tensor out) {
@@ -62,19 +79,15 @@ Tensor custom_add_out(Tensor a, Tensor b, Tensor out) {
 }
 Tensor mul_out(Tensor a, Tensor b, Tensor out) { return binary("tierkit_stable::mul.out", a, b, &out, kMul); }
 Tensor scale_shift_out(Tensor x, double alpha, double beta, Tensor out) {
-  return scale_shift_into(x, alpha, beta, &out);
+  return scale_shift_into("tierkit_stable::scale_shift.out", x, alpha, beta, &out);
 }
 Tensor muladd_out(Tensor a, Tensor b, double c, Tensor out) {
-  return binary("tierkit_stable::muladd.out", a, b, &out, muladd_kernel(c));
+  return binary("tierkit_stable::muladd.out", a, b, &out, muladd_kernel(c), /*float_scalar=*/true);
 }
 
-// `out` must already match `a` in shape (add_out never resizes).
+// add_out never resizes: `out` must already have the result's shape.
 Tensor add_out(Tensor a, Tensor b, Tensor out) {
-  constexpr const char* op = "tierkit_stable::add_out";
-  check_first(op, a, "a");
-  check_like(op, b, "b", a, "a");
-  check_like(op, out, "out", a, "a");
-  return binary(op, a, b, &out, kAdd);
+  return binary("tierkit_stable::add_out", a, b, &out, kAdd, /*float_scalar=*/false, /*resize_out=*/false);
 }
 
 }  // namespace

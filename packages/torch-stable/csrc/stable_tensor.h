@@ -40,19 +40,12 @@ inline bool core_dtype(ScalarType t, tierkit::DType* out) {
   }
 }
 
-// The spelling Python users see ("float32", not "Float").
+// The spelling Python users see (torch.float8_e4m3fn prints float8_e4m3fn):
+// core's name where core knows the type, else torch's enum name respelled (core).
 inline std::string dtype_name(ScalarType t) {
   tierkit::DType d;
   if (core_dtype(t, &d)) return std::string(tierkit::dtype_name(d));
-  switch (t) {
-    case ScalarType::Short: return "int16";
-    case ScalarType::Char: return "int8";
-    case ScalarType::Byte: return "uint8";
-    case ScalarType::Bool: return "bool";
-    case ScalarType::ComplexFloat: return "complex64";
-    case ScalarType::ComplexDouble: return "complex128";
-    default: return "dtype #" + std::to_string(static_cast<int>(t));
-  }
+  return tierkit::python_dtype_name(torch::headeronly::toString(t));
 }
 
 inline std::string device_str(const torch::stable::Device& d) {
@@ -157,23 +150,18 @@ inline Tensor new_output(std::initializer_list<const Tensor*> inputs) {
   return out;
 }
 
-// The out= overloads' rules, the same as tierkit::'s: an empty `out` is
-// resized to the result's shape, a non-empty one of another shape is refused;
-// dtype and device must match (no type promotion).
-inline void prepare_out(const char* op, Tensor& out, const Tensor& like, const char* like_name) {
+// The out= rules (tierkit::'s words) for operands of `like`'s shape and
+// dtype: same device and dtype; an empty `out` is resized to the result's
+// shape (unless `resize` is false), a non-empty one of another shape is refused.
+inline void prepare_out(const char* op, Tensor& out, const Tensor& like, bool resize = true) {
   check_defined(op, out, "out");
   if (!(out.device() == like.device()))
-    fail(op, "out: expected device " + device_str(like.device()) + " (same as " + like_name + "), got " +
+    fail(op, "out: expected device " + device_str(like.device()) + " (the inputs'), got " +
                  device_str(out.device()));
-  core_check(op, [&] {
-    tierkit::checks::same_dtype("out", dtype_name(out.scalar_type()), like_name,
-                                dtype_name(like.scalar_type()));
-  });
   if (sizes_of(out) != sizes_of(like)) {
-    if (out.numel() != 0)
+    if (!resize || out.numel() != 0)
       fail(op, "out: expected shape " + tierkit::shape_str(sizes_of(like), tierkit::ShapeStyle::List) +
-                   " (same as " + like_name + "), got " +
-                   tierkit::shape_str(sizes_of(out), tierkit::ShapeStyle::List));
+                   " (the result's), got " + tierkit::shape_str(sizes_of(out), tierkit::ShapeStyle::List));
     // aten::resize_ through the dispatcher: part of the stable C ABI.
     const auto size = like.sizes();
     std::array<StableIValue, 3> stack{torch::stable::detail::from(out), torch::stable::detail::from(size),
@@ -181,6 +169,141 @@ inline void prepare_out(const char* op, Tensor& out, const Tensor& like, const c
     STABLE_TORCH_ERROR_CODE_CHECK(
         torch_call_dispatcher("aten::resize_", "", stack.data(), TORCH_ABI_VERSION));
   }
+}
+
+// ---- aten's semantics for the pointwise ops (as torch-cpu's checks.h) ------
+// Operands of one shape and one accepted dtype take the checks above. Any
+// other call is resolved by aten's rules: the dtype by type promotion
+// (aten::result_type), the shape by broadcasting, the result's layout by
+// aten's own elementwise op run on meta tensors (no data: TensorIterator's
+// rule is not in the stable API), `out=` of another dtype through a
+// temporary. Everything goes through the dispatcher, part of the stable ABI.
+
+// ns::op.overload(args...) through the dispatcher; the first return value.
+template <typename... Args>
+StableIValue dispatch(const char* name, const char* overload, const Args&... args) {
+  std::array<StableIValue, std::max<std::size_t>(sizeof...(Args), 1)> stack{torch::stable::detail::from(args)...};
+  STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
+  return stack[0];
+}
+
+inline bool accepted(ScalarType t) {
+  tierkit::DType d;
+  return core_dtype(t, &d) && tierkit::is_accepted(d);
+}
+
+inline bool plain_call(std::initializer_list<const Tensor*> tensors) {
+  const Tensor& first = **tensors.begin();
+  if (!first.defined() || !accepted(first.scalar_type())) return false;
+  for (const Tensor* t : tensors)
+    if (!t->defined() || t->scalar_type() != first.scalar_type() || sizes_of(*t) != sizes_of(first)) return false;
+  return true;
+}
+
+inline bool is_integral_or_bool(ScalarType t) {
+  switch (t) {
+    case ScalarType::Bool: case ScalarType::Byte: case ScalarType::Char: case ScalarType::Short:
+    case ScalarType::Int: case ScalarType::Long: case ScalarType::UInt16: case ScalarType::UInt32:
+    case ScalarType::UInt64: return true;
+    default: return false;
+  }
+}
+
+inline std::string shape_list(const std::vector<std::int64_t>& shape) {
+  return tierkit::shape_str(shape, tierkit::ShapeStyle::List);
+}
+
+template <std::size_t N>
+struct Pointwise {
+  std::array<Tensor, N> in;  // cast to the result dtype, broadcast to its shape
+  Tensor target;             // what the kernel writes
+  Tensor result;             // what the op returns
+  void finish() {
+    if (target.data_ptr() != result.data_ptr() || target.scalar_type() != result.scalar_type())
+      torch::stable::copy_(result, target);
+  }
+};
+
+template <std::size_t N>
+Pointwise<N> resolve_pointwise(const char* op, const std::array<const Tensor*, N>& in,
+                               const std::array<const char*, N>& names, bool float_scalar, Tensor* out,
+                               bool resize_out = true) {
+  for (std::size_t i = 0; i < N; ++i) check_defined(op, *in[i], names[i]);
+  if (in[0]->device().type() != DeviceType::CPU)
+    fail(op, std::string(names[0]) + ": expected a CPU tensor, got one on " + device_str(in[0]->device()));
+  for (std::size_t i = 1; i < N; ++i)
+    if (!(in[i]->device() == in[0]->device()))
+      fail(op, std::string(names[i]) + ": expected device " + device_str(in[0]->device()) + " (same as " +
+                   names[0] + "), got " + device_str(in[i]->device()));
+  // dtype
+  ScalarType dtype = in[0]->scalar_type();
+  if (N > 1) dtype = torch::stable::detail::to<ScalarType>(dispatch("aten::result_type", "Tensor", *in[0], *in[1]));
+  if (float_scalar && is_integral_or_bool(dtype)) dtype = torch::stable::empty({0}).scalar_type();  // the default
+  if (!accepted(dtype)) {
+    std::size_t bad = 0;
+    while (bad + 1 < N && accepted(in[bad]->scalar_type())) ++bad;
+    const ScalarType shown = accepted(in[bad]->scalar_type()) ? dtype : in[bad]->scalar_type();
+    core_check(op, [&] { tierkit::checks::unknown_dtype(names[bad], dtype_name(shown)); });
+  }
+  // shape
+  std::vector<std::int64_t> shape = sizes_of(*in[0]);
+  for (std::size_t i = 1; i < N; ++i) {
+    const auto sizes = sizes_of(*in[i]);
+    const std::size_t rank = std::max(shape.size(), sizes.size());
+    std::vector<std::int64_t> joined(rank);
+    for (std::size_t k = 0; k < rank; ++k) {
+      const std::int64_t x = k < rank - shape.size() ? 1 : shape[k - (rank - shape.size())];
+      const std::int64_t y = k < rank - sizes.size() ? 1 : sizes[k - (rank - sizes.size())];
+      if (!(x == y || x == 1 || y == 1))
+        fail(op, std::string(names[i]) + ": expected a shape that broadcasts with " + shape_list(shape) + " (" +
+                     names[0] + (i > 1 ? " and the others" : "") + "), got " + shape_list(sizes));
+      joined[k] = x == 1 ? y : x;
+    }
+    shape = std::move(joined);
+  }
+  Pointwise<N> p;
+  const torch::headeronly::IntHeaderOnlyArrayRef shape_ref(shape.data(), shape.size());
+  for (std::size_t i = 0; i < N; ++i) {
+    const Tensor cast = in[i]->scalar_type() == dtype ? *in[i] : torch::stable::to(*in[i], dtype);
+    p.in[i] = torch::stable::detail::to<Tensor>(dispatch("aten::expand", "", cast, shape_ref, false));
+  }
+  if (out) {
+    check_defined(op, *out, "out");
+    if (!(out->device() == in[0]->device()))
+      fail(op, "out: expected device " + device_str(in[0]->device()) + " (the inputs'), got " +
+                   device_str(out->device()));
+    if (!torch::stable::detail::to<bool>(dispatch("aten::can_cast", "", dtype, out->scalar_type())))
+      fail(op, "out: expected a dtype the result (" + dtype_name(dtype) + ") can be cast to, got " +
+                   dtype_name(out->scalar_type()));
+    if (sizes_of(*out) != shape) {
+      if (!resize_out || out->numel() != 0)
+        fail(op, "out: expected shape " + shape_list(shape) + " (the result's), got " + shape_list(sizes_of(*out)));
+      dispatch("aten::resize_", "", *out, shape_ref, std::nullopt);
+    }
+    p.result = *out;
+    p.target = out->scalar_type() == dtype ? *out : torch::stable::new_empty(*out, shape_ref, dtype);
+  } else {
+    // aten's elementwise op on meta tensors of the inputs' layouts: its result
+    // has aten's layout, which the real result copies.
+    const torch::stable::Device meta(DeviceType::Meta);
+    std::array<Tensor, N> m;
+    for (std::size_t i = 0; i < N; ++i) {
+      const auto sz = sizes_of(*in[i]), st = strides_of(*in[i]);
+      m[i] = torch::stable::detail::to<Tensor>(dispatch(
+          "aten::empty_strided", "", torch::headeronly::IntHeaderOnlyArrayRef(sz.data(), sz.size()),
+          torch::headeronly::IntHeaderOnlyArrayRef(st.data(), st.size()), std::optional<ScalarType>(dtype),
+          std::optional<torch::headeronly::Layout>(), std::optional<torch::stable::Device>(meta),
+          std::optional<bool>()));
+    }
+    const Tensor proto = torch::stable::detail::to<Tensor>(dispatch("aten::mul", "Tensor", m[0], m[N - 1]));
+    const auto sz = sizes_of(proto), st = strides_of(proto);
+    p.result = p.target = torch::stable::detail::to<Tensor>(dispatch(
+        "aten::empty_strided", "", torch::headeronly::IntHeaderOnlyArrayRef(sz.data(), sz.size()),
+        torch::headeronly::IntHeaderOnlyArrayRef(st.data(), st.size()), std::optional<ScalarType>(dtype),
+        std::optional<torch::headeronly::Layout>(), std::optional<torch::stable::Device>(in[0]->device()),
+        std::optional<bool>()));
+  }
+  return p;
 }
 
 // Only called after check_first accepted the dtype.

@@ -51,6 +51,26 @@ static_assert(kDTypeTable[kNumDTypes - 1].dtype == static_cast<DType>(kNumDTypes
 constexpr const DTypeInfo& dtype_info(DType t) { return kDTypeTable[static_cast<std::size_t>(t)]; }
 constexpr std::size_t dtype_size(DType t) { return dtype_info(t).size; }
 constexpr std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+// An element type's C++ enum-style name (Byte, Float, ComplexHalf, UInt16,
+// Float8_e4m3fn) as Python array libraries spell it (uint8, float32,
+// complex32, uint16, float8_e4m3fn): the few named by their C type are
+// renamed by width, the rest are the name in lower case. For the bindings'
+// error messages about types core does not know.
+inline std::string python_dtype_name(std::string_view enum_name) {
+  static constexpr std::string_view kRenamed[][2] = {
+      {"Byte", "uint8"},     {"Char", "int8"},       {"Short", "int16"},
+      {"Int", "int32"},      {"Long", "int64"},      {"Half", "float16"},
+      {"Float", "float32"},  {"Double", "float64"},  {"ComplexHalf", "complex32"},
+      {"ComplexFloat", "complex64"}, {"ComplexDouble", "complex128"},
+  };
+  for (const auto& r : kRenamed)
+    if (r[0] == enum_name) return std::string(r[1]);
+  std::string name(enum_name);
+  for (char& c : name)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return name;
+}
+
 // Accepted by the elementwise kernels (today: exactly the floating types).
 constexpr bool is_accepted(DType t) { return dtype_info(t).accepted; }
 constexpr bool is_floating(DType t) { return is_accepted(t); }

@@ -13,11 +13,11 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,29 +43,10 @@ inline const tierkit::DTypeInfo* core_dtype_info(c10::ScalarType t) {
 }
 
 // The spelling Python users see (torch.float8_e4m3fn prints float8_e4m3fn):
-// core's name where core knows the type; torch's Python name otherwise,
-// which for the types named after their width is c10's name in lower case
-// (UInt16 -> uint16, Float8_e4m3fn -> float8_e4m3fn, QInt8 -> qint8).
+// core's name where core knows the type, else c10's name respelled (core).
 inline std::string dtype_name(c10::ScalarType t) {
   if (const auto* d = core_dtype_info(t)) return std::string(d->name);
-  switch (t) {
-    case c10::kByte: return "uint8";
-    case c10::kChar: return "int8";
-    case c10::kShort: return "int16";
-    case c10::kInt: return "int32";
-    case c10::kLong: return "int64";
-    case c10::kHalf: return "float16";
-    case c10::kFloat: return "float32";
-    case c10::kDouble: return "float64";
-    case c10::kComplexHalf: return "complex32";
-    case c10::kComplexFloat: return "complex64";
-    case c10::kComplexDouble: return "complex128";
-    default: {
-      std::string name = c10::toString(t);
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return name;
-    }
-  }
+  return tierkit::python_dtype_name(c10::toString(t));
 }
 
 // Runs core's check `f`; its failure becomes "<op>: <core's message>".
@@ -205,6 +186,11 @@ c10::ScalarType result_dtype(const char* op, const std::array<const at::Tensor*,
 inline void prepare_out_for(const char* op, const at::Tensor& out, c10::ScalarType dtype,
                             c10::SymIntArrayRef shape, c10::Device device, bool resize = true) {
   check_defined(op, out, "out");
+  // aten's own words: its ADInplaceOrView kernels refuse this; a custom op's
+  // out= is reached with none on the way.
+  TORCH_CHECK(!out.is_inference() || c10::InferenceMode::is_enabled(), op,
+              ": out: Inplace update to inference tensor outside InferenceMode is not allowed. You can make a "
+              "clone to get a normal tensor before doing inplace update.");
   TORCH_CHECK(out.device() == device, op, ": out: expected device ", device, " (the inputs'), got ",
               out.device());
   TORCH_CHECK(c10::canCast(dtype, out.scalar_type()), op, ": out: expected a dtype the result (",

@@ -22,33 +22,50 @@ _ops = torch.ops.tierkit_stable
 
 
 def _function(
-    name: str, n_tensors: int, backward: Callable[..., tuple], jvp: Callable[..., Any]
+    name: str, n_tensors: int, backward: Callable[..., tuple], jvp: Callable[..., Any], saves: bool
 ) -> type[torch.autograd.Function]:
     """An autograd.Function for ns::name(tensors..., scalars...): forward runs
     the op below autograd; backward(grad, *tensors, *scalars) gives the tensor
-    inputs' gradients; jvp(tangents, *tensors, *scalars) the output's tangent."""
+    inputs' gradients; jvp(tangents, *tensors, *scalars) the output's tangent.
+    `saves`: whether the formulas read the inputs' values; when not (a sum, a
+    scaling), nothing is saved (an inference tensor can take part, and no
+    activation is kept alive), and None stands in for the tensors.
+
+    The ops broadcast and promote like aten's, so a gradient is summed to its
+    input's shape and cast to its dtype, and a tangent spans the output."""
     op = getattr(_ops, name).default
 
     # forward(ctx, ...) rather than setup_context: this Function runs inside a
     # dispatcher kernel, below torch.func's layers, where a setup_context-style
     # Function would be re-routed to functorch's custom_function_call and fail.
     def forward(ctx: Any, *args: Any) -> Any:
-        ctx.save_for_backward(*args[:n_tensors])
-        ctx.save_for_forward(*args[:n_tensors])
+        tensors = args[:n_tensors]
+        if saves:
+            ctx.save_for_backward(*tensors)
+            ctx.save_for_forward(*tensors)
+        ctx.inputs = [(t.shape, t.dtype) for t in tensors]
         ctx.scalars = args[n_tensors:]
         with torch._C._AutoDispatchBelowAutograd():
-            return op(*args)
+            out = op(*args)
+        ctx.output = (out.shape, out.dtype)
+        return out
 
     def backward_(ctx: Any, grad: torch.Tensor) -> tuple:
-        grads = backward(grad, *ctx.saved_tensors, *ctx.scalars)
-        return (
-            *(g if need else None for g, need in zip(grads, ctx.needs_input_grad)),
-            *[None] * len(ctx.scalars),
-        )
+        saved = ctx.saved_tensors if saves else (None,) * n_tensors
+        grads = backward(grad, *saved, *ctx.scalars)
+        reduced = [
+            None if g is None or not need else _to_input(g, shape, dtype)
+            for g, need, (shape, dtype) in zip(grads, ctx.needs_input_grad, ctx.inputs)
+        ]
+        return (*reduced, *[None] * len(ctx.scalars))
 
     def jvp_(ctx: Any, *tangents: Any) -> Any:
-        saved = ctx.saved_tensors
-        return jvp(tangents[:n_tensors], *saved, *ctx.scalars)
+        saved = ctx.saved_tensors if saves else (None,) * n_tensors
+        t = jvp(tangents[:n_tensors], *saved, *ctx.scalars)
+        shape, dtype = ctx.output
+        if t is not None and (t.shape != shape or t.dtype != dtype):
+            t = t.expand(shape).to(dtype).clone()
+        return t
 
     return type(
         f"{''.join(p.title() for p in name.split('_'))}Function",
@@ -59,6 +76,12 @@ def _function(
             "jvp": staticmethod(jvp_),
         },
     )
+
+
+def _to_input(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """A broadcast input's gradient summed over the broadcast dims, in its dtype."""
+    g = grad if grad.shape == shape else grad.sum_to_size(shape)
+    return g if g.dtype == dtype else g.to(dtype)
 
 
 def _sum_tangents(*terms: Any) -> Any:
@@ -77,7 +100,7 @@ def _scaled(t: Any, by: Any) -> Any:
 
 FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
     "custom_add": (
-        _function("custom_add", 2, lambda g, a, b: (g, g), lambda t, a, b: _sum_tangents(t[0], t[1])),
+        _function("custom_add", 2, lambda g, a, b: (g, g), lambda t, a, b: _sum_tangents(t[0], t[1]), saves=False),
         2,
     ),
     "mul": (
@@ -86,6 +109,7 @@ FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
             2,
             lambda g, a, b: (g * b, g * a),
             lambda t, a, b: _sum_tangents(_scaled(t[0], b), _scaled(t[1], a)),
+            saves=True,
         ),
         2,
     ),
@@ -95,6 +119,7 @@ FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
             2,
             lambda g, a, b, c: (g * b, g * a),
             lambda t, a, b, c: _sum_tangents(_scaled(t[0], b), _scaled(t[1], a)),
+            saves=True,
         ),
         2,
     ),
@@ -104,6 +129,7 @@ FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
             1,
             lambda g, x, alpha, beta: (g * alpha,),
             lambda t, x, alpha, beta: _scaled(t[0], alpha),
+            saves=False,
         ),
         1,
     ),
@@ -167,6 +193,13 @@ def _out_kernel(name: str, overload: str) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
         out = kwargs.get("out", args[-1])
         _refuse_autodiff(qualified, (*(a for a in args if isinstance(a, torch.Tensor)), out))
+        if isinstance(out, torch.Tensor) and out.is_inference() and not torch.is_inference_mode_enabled():
+            # What torch's ADInplaceOrView kernel says for its own ops (the
+            # stable tier registers none there).
+            raise RuntimeError(
+                f"{qualified}: out: Inplace update to inference tensor outside InferenceMode is not allowed. "
+                "You can make a clone to get a normal tensor before doing inplace update."
+            )
         with torch._C._AutoDispatchBelowAutograd():
             result = op(*args, **kwargs)
         torch.autograd.graph.increment_version(out)
