@@ -7,8 +7,10 @@
 // the bridge, TORCH_CHECK in the torch tiers) and may prefix the op name.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
@@ -66,14 +68,89 @@ inline bool same_layout(const TensorView& a, const TensorView& b) {
          a.strides() == b.strides();
 }
 
-// `out` may be exactly an input (in place); any other sharing of bytes could
-// read an element after it was overwritten, so it is refused.
+// Whether some element of `out` and some element of `in` at another index
+// are one address: the only sharing an elementwise op cannot allow (element
+// i of out may be element i of in: it is read before it is written).
+// Exact, not "the byte ranges meet": interleaved layouts (out = base[::2],
+// in = base[1::2]) or column blocks of one matrix share no element.
+inline bool shares_other_element(const TensorView& out, const TensorView& in) {
+  const std::int64_t item = static_cast<std::int64_t>(dtype_size(out.dtype()));
+  const std::int64_t diff = static_cast<const char*>(in.data()) - static_cast<const char*>(out.data());
+  if (in.dtype() != out.dtype() || diff % item != 0) return true;  // items that meet off-grid
+  // Element offsets from out's element 0: out at sum(i*so), in at d + sum(j*si).
+  // No solution unless gcd(strides) divides d.
+  const std::int64_t d = diff / item;
+  std::int64_t g = 0;
+  auto gcd = [](std::int64_t a, std::int64_t b) {
+    a = a < 0 ? -a : a;
+    b = b < 0 ? -b : b;
+    while (b) {
+      const std::int64_t t = a % b;
+      a = b;
+      b = t;
+    }
+    return a;
+  };
+  for (int k = 0; k < out.rank(); ++k) {
+    if (out.shape()[k] > 1) g = gcd(g, out.strides()[k]);
+    if (in.shape()[k] > 1) g = gcd(g, in.strides()[k]);
+  }
+  if (g == 0 ? d != 0 : d % g != 0) return false;
+  // Otherwise enumerate: out's offsets that fall inside in's reach, sorted,
+  // then each element of in looked up there (memory: one int64 per element
+  // of out in the window). Only layouts whose byte ranges meet without being
+  // the same get here.
+  const Reach ro = reach(out.shape(), out.strides());
+  const Reach ri = reach(in.shape(), in.strides());
+  const std::int64_t lo = std::max(ro.lo, d + ri.lo), hi = std::min(ro.hi, d + ri.hi);
+  if (lo > hi) return false;
+  std::vector<std::int64_t> offsets;
+  auto each = [](const TensorView& v, std::int64_t base, auto&& fn) {
+    const int rank = v.rank();
+    std::int64_t index[kMaxRank] = {};
+    std::int64_t pos = base;
+    for (std::int64_t linear = 0, n = v.numel(); linear < n; ++linear) {
+      fn(pos, linear);
+      for (int k = rank - 1; k >= 0; --k) {
+        if (++index[k] < v.shape()[k]) {
+          pos += v.strides()[k];
+          break;
+        }
+        pos -= (v.shape()[k] - 1) * v.strides()[k];
+        index[k] = 0;
+      }
+    }
+  };
+  each(out, 0, [&](std::int64_t pos, std::int64_t) {
+    if (pos >= lo && pos <= hi) offsets.push_back(pos);
+  });
+  std::sort(offsets.begin(), offsets.end());
+  bool shared = false;
+  const bool same_shape = out.shape() == in.shape();
+  each(in, d, [&](std::int64_t pos, std::int64_t linear) {
+    if (shared || pos < lo || pos > hi || !std::binary_search(offsets.begin(), offsets.end(), pos)) return;
+    // Out has this address; harmless only if it is out's element `linear`.
+    std::int64_t at = 0, rest = linear;
+    for (int k = out.rank() - 1; k >= 0; --k) {
+      at += (rest % out.shape()[k]) * out.strides()[k];
+      rest /= out.shape()[k];
+    }
+    shared = !same_shape || at != pos;
+  });
+  return shared;
+}
+
+// `out` may be exactly an input (in place) or share no element with it; any
+// other sharing could read an element after it was overwritten, so it is
+// refused (before anything is written).
 inline void no_partial_overlap(const TensorView& out, const TensorView& in, const char* in_name) {
   const Span o = span_of(out), i = span_of(in);
   if (o.lo == nullptr || i.lo == nullptr) return;
   const bool disjoint = o.hi <= i.lo || i.hi <= o.lo;
-  check(disjoint || same_layout(out, in), "out: overlaps input '", in_name,
-        "' without being the same elements; only exact in-place (out is ", in_name, ") is allowed");
+  if (disjoint || same_layout(out, in)) return;
+  check(!shares_other_element(out, in), "out: overlaps input '", in_name,
+        "' without being the same elements; only exact in-place (out is ", in_name,
+        ") or layouts that share no element (e.g. out=x[::2] with ", in_name, "=x[1::2]) are allowed");
 }
 
 inline void operand(const TensorView& out, const TensorView& in, const char* in_name) {
