@@ -242,8 +242,9 @@ py::object run(const char* op, PyObject* const* slots, std::size_t count, const 
     if (i > 0 && (v.dtype() != args[0].view().dtype() || v.shape() != args[0].view().shape())) {
       if (may_divert) return general_path(op, slots, count, out);
       require_operand(v, names[i], args[0].view(), names[0]);  // throws, naming both
-    } else if (i == 0) {
-      require_operand(v, names[0], v, names[0]);  // a dtype the kernels accept
+    } else if (i == 0 && !tierkit::is_accepted(v.dtype())) {
+      if (may_divert) return general_path(op, slots, count, out);  // int32 + float32 promotes
+      require_operand(v, names[0], v, names[0]);                   // throws, naming the dtype
     }
   }
   if (may_divert && !out.is_none() && general_operand(out.ptr())) return general_path(op, slots, count, out);

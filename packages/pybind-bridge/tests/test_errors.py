@@ -33,7 +33,7 @@ CASES = [
     # (id, call, exception, message regex)
     (
         "int dtype",
-        lambda: tb.add(F32.astype(np.int64), F32),
+        lambda: tb.add(F32.astype(np.int64), F32.astype(np.int64)),  # int64 + float32 promotes
         TypeError,
         "a: expected dtype float32, float64, float16 or bfloat16, got int64",
     ),
