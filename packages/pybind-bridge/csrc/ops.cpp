@@ -223,9 +223,11 @@ bool is_numpy_array(PyObject* obj) {
 // (allocating when None), runs `kernel(views..., out_view)` (without the GIL
 // for large arrays) and returns the output object. Takes numpy's general
 // path (above) instead when the operands need it.
+struct DivertToGeneral {};
+
 template <bool Divert, std::size_t N, typename Kernel>
-py::object run(const char* op, PyObject* const* slots, std::size_t count, const py::handle (&inputs)[N],
-               const char* const (&names)[N], const py::object& out, Kernel kernel) {
+py::object run_body(const char* op, PyObject* const* slots, std::size_t count, const py::handle (&inputs)[N],
+                    const char* const (&names)[N], const py::object& out, Kernel kernel) {
   constexpr bool may_divert = Divert;
   std::array<ArrayArg, N> args;
   for (std::size_t i = 0; i < N; ++i) {
@@ -251,13 +253,17 @@ py::object run(const char* op, PyObject* const* slots, std::size_t count, const 
   std::array<const tierkit::TensorView*, N> views;
   for (std::size_t i = 0; i < N; ++i) views[i] = &args[i].view();
   const py::object result = out.is_none() ? new_output(inputs[0], views) : out;
-  ArrayArg dst;
-  try {
-    dst = ArrayArg::borrow(result, "out", true);
-  } catch (...) {
-    if (may_divert && is_numpy_array(result.ptr())) return general_path(op, slots, count, out);
-    throw;
-  }
+  // Built in place (no default-constructed view assigned over): this is the
+  // per-call path. A numpy `out` core cannot write in place goes to numpy's
+  // rules, signalled by DivertToGeneral.
+  const ArrayArg dst = [&] {
+    try {
+      return ArrayArg::borrow(result, "out", true);
+    } catch (...) {
+      if (may_divert && is_numpy_array(result.ptr())) throw DivertToGeneral{};
+      throw;
+    }
+  }();
   if (dst.view().dtype() != args[0].view().dtype() || dst.view().shape() != args[0].view().shape()) {
     if (may_divert) return general_path(op, slots, count, out);
     require_operand(dst.view(), "out", args[0].view(), names[0]);  // throws, naming both
@@ -276,6 +282,16 @@ py::object run(const char* op, PyObject* const* slots, std::size_t count, const 
     return py::reinterpret_steal<py::object>(PyObject_GetItem(result.ptr(), py::tuple().ptr()));
   }
   return result;
+}
+
+template <bool Divert, std::size_t N, typename Kernel>
+py::object run(const char* op, PyObject* const* slots, std::size_t count, const py::handle (&inputs)[N],
+               const char* const (&names)[N], const py::object& out, Kernel kernel) {
+  try {
+    return run_body<Divert>(op, slots, count, inputs, names, out, kernel);
+  } catch (const DivertToGeneral&) {
+    return general_path(op, slots, count, out);
+  }
 }
 
 // ---- the calling convention of the four ops ---------------------------------
@@ -414,9 +430,10 @@ PyObject* muladd(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* k
 PyMethodDef kOpMethods[] = {
     {"add", TIERKIT_FASTCALL(add<true>), METH_FASTCALL | METH_KEYWORDS,
      "add($module, a, b, *, out=None)\n--\n\n"
-     "a + b elementwise (same shape and dtype). Writes into ``out`` when given and returns it; else\n"
-     "returns a new C-contiguous array presented like ``a``: numpy for numpy, torch for torch,\n"
-     "a Buffer otherwise (zero-copy each way)."},
+     "a + b elementwise, with numpy's broadcasting, promotion (np.result_type) and scalars; masked\n"
+     "arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under\n"
+     "same_kind); else returns a new array in numpy's K order presented like ``a``: numpy for numpy,\n"
+     "torch for torch, a Buffer otherwise (zero-copy each way)."},
     {"mul", TIERKIT_FASTCALL(mul<true>), METH_FASTCALL | METH_KEYWORDS,
      "mul($module, a, b, *, out=None)\n--\n\na * b elementwise; same rules as add."},
     {"scale_shift", TIERKIT_FASTCALL(scale_shift<true>), METH_FASTCALL | METH_KEYWORDS,

@@ -51,7 +51,12 @@ CASES = [
         "b: expected dtype float32, float64, float16 or bfloat16, got complex64$",
     ),
     ("bool", lambda: tb.mul(np.ones(3, bool), np.ones(3, bool)), TypeError, "a: expected .*, got bool$"),
-    ("float128", lambda: tb.add(np.ones(2, np.longdouble), F32[:2]), TypeError, "a: expected .*, got float128"),
+    (
+        "float128",
+        lambda: tb.add(np.ones(2, np.longdouble), F32[:2]),
+        TypeError,
+        "a: expected .*, got float128",
+    ),
     (
         "int promotes to int",
         lambda: tb.add(np.ones(3, np.int16), np.ones(3, np.int8)),
@@ -180,7 +185,9 @@ def test_bad_input_is_refused_with_a_clear_message(call, exc, pattern):
 @needs_torch
 def test_torch_tensor_requiring_grad_names_the_argument():
     t = torch.ones(3, requires_grad=True)
-    with pytest.raises(ValueError, match="a: expected a tensor that does not require grad, got one with .*detach"):
+    with pytest.raises(
+        ValueError, match="a: expected a tensor that does not require grad, got one with .*detach"
+    ):
         tb.add(t, t)
     out = torch.zeros(3, requires_grad=True)
     with pytest.raises(ValueError, match="out: expected a tensor that does not require grad"):

@@ -42,7 +42,14 @@ def numpy_result(op, a, b):
     return OPS[op][1](a, b)
 
 
-BROADCASTS = [((3, 1), (1, 4)), ((), (5,)), ((4,), (2, 3, 4)), ((2, 1, 3), (4, 1)), ((1,), (0, 3)), ((7, 1), (7, 6))]
+BROADCASTS = [
+    ((3, 1), (1, 4)),
+    ((), (5,)),
+    ((4,), (2, 3, 4)),
+    ((2, 1, 3), (4, 1)),
+    ((1,), (0, 3)),
+    ((7, 1), (7, 6)),
+]
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -80,7 +87,9 @@ DTYPE_PAIRS = [
 
 
 @pytest.mark.parametrize("op", list(OPS))
-@pytest.mark.parametrize(("da", "db"), DTYPE_PAIRS, ids=[f"{np.dtype(a)}+{np.dtype(b)}" for a, b in DTYPE_PAIRS])
+@pytest.mark.parametrize(
+    ("da", "db"), DTYPE_PAIRS, ids=[f"{np.dtype(a)}+{np.dtype(b)}" for a, b in DTYPE_PAIRS]
+)
 def test_promotion_is_np_result_type(op, da, db, rng):
     a = (rng.standard_normal((2, 3)) * 5).astype(da)
     b = (rng.standard_normal((2, 3)) * 5).astype(db)
@@ -133,7 +142,9 @@ def test_result_layout_is_numpys_k_order(op, rng):
     f = np.asfortranarray(rng.standard_normal((3, 4)).astype(np.float32))
     same_as_numpy(tb.scale_shift(f, 2.0, 1.0), (2.0 * f + 1.0).astype(np.float32))
     # broadcast and promoted operands too
-    same_as_numpy(OPS[op][0](f, f[:, :1].astype(np.float64)), numpy_result(op, f, f[:, :1].astype(np.float64)))
+    same_as_numpy(
+        OPS[op][0](f, f[:, :1].astype(np.float64)), numpy_result(op, f, f[:, :1].astype(np.float64))
+    )
 
 
 @pytest.mark.parametrize("op", list(OPS))

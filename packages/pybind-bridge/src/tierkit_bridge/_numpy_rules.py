@@ -86,7 +86,9 @@ def _refuse_dtype(names: tuple[str, ...], dtypes: list[Any], result: Any) -> Non
     )
 
 
-def _numpy_call(op: str, names: tuple[str, ...], operands: list[Any], scalars: tuple[Any, ...], out: Any) -> Any:
+def _numpy_call(
+    op: str, names: tuple[str, ...], operands: list[Any], scalars: tuple[Any, ...], out: Any
+) -> Any:
     import numpy as np
 
     ma = sys.modules.get("numpy.ma")
