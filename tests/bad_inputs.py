@@ -43,34 +43,28 @@ def bridge_cases():
     return [
         (
             "bridge-int-dtype",
-            lambda: tb.add(F32.astype(np.int64), F32),
+            lambda: tb.add(F32.astype(np.int64), F32.astype(np.int64)),  # int64 + float32 promotes, as numpy
             TypeError,
-            r"a: expected dtype float32",
+            r"a: expected dtype float32, float64, float16 or bfloat16, got int64",
         ),
         (
             "bridge-int8-format",
             lambda: tb.scale_shift(np.zeros(3, np.int8), 1, 1),
             TypeError,
-            r"x: unsupported element type",
+            r"x: expected dtype float32, float64, float16 or bfloat16, got int8",
         ),
         (
             "bridge-complex",
             lambda: tb.mul(F32, np.zeros(6, np.complex64)),
             TypeError,
-            r"b: unsupported element type",
+            r"b: expected dtype .*, got complex64",
         ),
-        ("bridge-bool", lambda: tb.add(F32 > 0, F32 > 0), TypeError, r"a: unsupported element type"),
+        ("bridge-bool", lambda: tb.add(F32 > 0, F32 > 0), TypeError, r"a: expected dtype .*, got bool"),
         (
-            "bridge-dtype-mismatch",
-            lambda: tb.add(F32, F32.astype(np.float64)),
-            TypeError,
-            r"b: expected dtype float32 \(same as a\)",
-        ),
-        (
-            "bridge-shape-mismatch",
+            "bridge-shape-mismatch",  # numpy's broadcasting refuses these shapes too
             lambda: tb.muladd(F32.reshape(2, 3), F32.reshape(3, 2), 1.0),
             ValueError,
-            r"b: expected shape \(2, 3\) \(same as a\), got \(3, 2\)",
+            r"b: expected a shape that broadcasts with a's \(2, 3\), got \(3, 2\)",
         ),
         (
             "bridge-out-shape",
@@ -80,9 +74,9 @@ def bridge_cases():
         ),
         (
             "bridge-out-dtype",
-            lambda: tb.add(F32, F32, out=np.empty(6)),
+            lambda: tb.add(F32, F32, out=np.empty(6, np.int32)),  # float64 would be cast, as numpy
             TypeError,
-            r"out: expected dtype float32",
+            r"out: expected a dtype float32 casts to under numpy's same_kind rule, got int32",
         ),
         (
             "bridge-read-only-out",
@@ -98,7 +92,7 @@ def bridge_cases():
         ),
         (
             "bridge-big-endian",
-            lambda: tb.add(F32, F32.astype(">f4")),
+            lambda: tb.add(memoryview(F32), memoryview(F32.astype(">f4"))),  # numpy arrays are converted
             ValueError,
             r"b: expected native byte order",
         ),
@@ -111,12 +105,6 @@ def bridge_cases():
         ("bridge-partial-overlap", _overlap, ValueError, r"out: overlaps input 'x'"),
         ("bridge-none", lambda: tb.add(None, F32), TypeError, r"a: expected an array"),
         ("bridge-list", lambda: tb.add(F32, [1.0] * 6), TypeError, r"b: expected an array .*got list"),
-        (
-            "bridge-python-scalar",
-            lambda: tb.scale_shift(2.0, 1, 1),
-            TypeError,
-            r"x: expected an array .*got float",
-        ),
         ("bridge-raw-bytes", lambda: tb.add(tb.Buffer(8), tb.Buffer(8)), TypeError, r"a: a raw byte Buffer"),
         ("bridge-odd-strides", _odd_strides, ValueError, r"a: strides must be multiples of the item size"),
         (

@@ -35,6 +35,24 @@ std::shared_ptr<void> keepalive(F release) {
   });
 }
 
+// A PEP 3118 format's element type as numpy names it ("int8 "), or "" when
+// it is not a single numpy scalar type.
+std::string numpy_name_of_format(const std::string& f, Py_ssize_t itemsize) {
+  static const struct {
+    const char* format;
+    const char* kind;
+  } kinds[] = {{"?", "bool"},  {"b", "int"},   {"B", "uint"},     {"h", "int"},      {"H", "uint"},
+               {"i", "int"},   {"I", "uint"},  {"l", "int"},      {"L", "uint"},     {"q", "int"},
+               {"Q", "uint"},  {"n", "int"},   {"N", "uint"},     {"e", "float"},    {"f", "float"},
+               {"d", "float"}, {"g", "float"}, {"Zf", "complex"}, {"Zd", "complex"}, {"Zg", "complex"}};
+  for (const auto& k : kinds) {
+    if (f != k.format) continue;
+    if (f == "?") return "bool ";
+    return std::string(k.kind) + std::to_string(itemsize * 8) + " ";
+  }
+  return "";
+}
+
 DType dtype_from_format(const char* format, Py_ssize_t itemsize, const char* name) {
   std::string f = format ? format : "B";
   const bool little = [] {
@@ -64,8 +82,8 @@ DType dtype_from_format(const char* format, Py_ssize_t itemsize, const char* nam
   }
   const std::string no_format = tierkit::dtype_list(
       [](const tierkit::DTypeInfo& d) { return d.accepted && d.buffer_format == '\0'; }, " and ");
-  throw py::type_error(std::string(name) + ": unsupported element type (buffer format '" + f +
-                       "'); accepted: " + tierkit::accepted_dtype_names() +
+  throw py::type_error(std::string(name) + ": unsupported element type " + numpy_name_of_format(f, itemsize) +
+                       "(buffer format '" + f + "'); accepted: " + tierkit::accepted_dtype_names() +
                        (no_format.empty() ? "" : " (" + no_format + " only through DLPack)"));
 }
 
@@ -75,9 +93,33 @@ DType dtype_from_dlpack(const DLDataType& t, const char* name) {
   }
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   const std::string code = t.code < 7 ? codes[t.code] : std::to_string(t.code);
-  throw py::type_error(std::string(name) + ": unsupported element type " + code + std::to_string(t.bits) +
+  const std::string bits = t.code == 6 && t.bits == 8 ? "" : std::to_string(t.bits);  // numpy's "bool"
+  throw py::type_error(std::string(name) + ": unsupported element type " + code + bits +
                        (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "") +
                        " from DLPack; accepted: " + tierkit::accepted_dtype_names());
+}
+
+// torch's rules for a tensor the bridge reads or writes: autograd sees
+// nothing the bridge does, so a tensor that requires grad is refused while
+// grad mode is on (torch would record the op); an inference tensor is not
+// written outside inference mode, as torch refuses it there.
+void torch_autograd_rules(const py::handle& obj, const char* name, bool writable) {
+  PyObject* torch = PyDict_GetItemString(PyImport_GetModuleDict(), "torch");  // borrowed
+  if (!torch || !PyObject_HasAttrString(obj.ptr(), "is_inference")) return;
+  const auto t = py::reinterpret_borrow<py::object>(torch);
+  if (obj.attr("requires_grad").cast<bool>() && t.attr("is_grad_enabled")().cast<bool>()) {
+    throw py::value_error(
+        std::string(name) +
+        ": expected a tensor that does not require grad, got one with requires_grad=True; "
+        "the bridge records no gradient: pass t.detach(), or call it under torch.no_grad()");
+  }
+  if (writable && obj.attr("is_inference")().cast<bool>() &&
+      !t.attr("is_inference_mode_enabled")().cast<bool>()) {
+    throw py::value_error(
+        std::string(name) +
+        ": Inplace update to inference tensor outside InferenceMode is not allowed (torch "
+        "refuses it too); write under torch.inference_mode(), or into a tensor made outside it");
+  }
 }
 
 const char* device_name(int type) {
@@ -164,6 +206,10 @@ ArrayArg ArrayArg::borrow(const py::handle& obj, const char* name, bool writable
     const auto a = py::reinterpret_borrow<py::array>(obj);
     const py::dtype dt = a.dtype();
     const auto dtype = numpy_dtype(dt.kind(), dt.itemsize());
+    if (!dtype) {  // named as numpy names it: int8, bool, complex64, float128...
+      throw py::type_error(std::string(name) + ": expected dtype " + tierkit::accepted_dtype_names() +
+                           ", got " + py::str(dt).cast<std::string>());
+    }
     const char order = dt.byteorder();
     const bool native = order == '=' || order == '|' || (order == '<') == (PY_LITTLE_ENDIAN != 0);
     const bool writeable = a.writeable();
@@ -263,12 +309,21 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
     // memory, the values' sign or imaginary part flipped. Read such a tensor
     // by its values (a resolved copy, kept alive by its capsule); refuse it as
     // `out`, where the values written would read back negated.
+    torch_autograd_rules(obj, name, writable);
+    if (PyObject_HasAttrString(obj.ptr(), "requires_grad") && obj.attr("requires_grad").cast<bool>()) {
+      // torch's __dlpack__ refuses a tensor that requires grad. Under
+      // torch.no_grad() torch itself computes with it (and writes into it, as
+      // an optimizer step does) without recording anything: so does the
+      // bridge, through a detached alias (same memory, same version counter).
+      return from(obj.attr("detach")(), name, writable);
+    }
     for (const char* bit : {"neg", "conj"}) {
       const std::string is = std::string("is_") + bit;
       if (!PyObject_HasAttrString(obj.ptr(), is.c_str()) || !obj.attr(is.c_str())().cast<bool>()) continue;
       if (writable) {
         throw py::value_error(std::string(name) + ": expected a tensor without torch's " + bit +
-                              " bit, got one with it set (a lazily " + (bit[0] == 'n' ? "negated" : "conjugated") +
+                              " bit, got one with it set (a lazily " +
+                              (bit[0] == 'n' ? "negated" : "conjugated") +
                               " view, e.g. z.conj().imag): its memory holds other values than it reads as; "
                               "write into a plain tensor and copy");
       }

@@ -71,24 +71,83 @@ void require_operand(const tierkit::TensorView& v, const char* name, const tierk
   tierkit::checks::same_shape(name, v.shape(), first_name, first.shape());
 }
 
-// A fresh C-contiguous output shaped like `first`, presented the way the
-// first input was: a numpy array for numpy (allocated through numpy's C API),
-// a torch tensor for torch (a Buffer handed over by DLPack, zero-copy), a
-// Buffer otherwise. With output caching on, the memory comes from core's
-// caching allocator whatever the input.
-py::object new_output(const py::handle& first_input, const tierkit::TensorView& first) {
+// The strides (in elements) numpy gives a new ufunc output of `shape` from
+// the operands `ins` (already broadcast to `shape`): its K order, nditer's
+// npyiter_find_best_axis_ordering. Axes are insertion-sorted from smallest
+// to largest stride; two axes swap only when every operand with a non-zero
+// stride on both says so (a conflict keeps C order), a size-1 axis counts as
+// stride 0 (no say), and the output's strides are positive and dense.
+template <std::size_t N>
+tierkit::Shape k_order_strides(const tierkit::Shape& shape,
+                               const std::array<const tierkit::TensorView*, N>& ins) {
+  const int rank = shape.rank();
+  tierkit::Shape strides = shape;
+  if (rank < 2) return shape.contiguous_strides();
+  int order[tierkit::kMaxRank];  // innermost first
+  for (int i = 0; i < rank; ++i) order[i] = rank - 1 - i;
+  auto stride = [&](std::size_t k, int dim) -> std::int64_t {
+    const std::int64_t s = shape[dim] == 1 ? 0 : ins[k]->strides()[dim];
+    return s < 0 ? -s : s;
+  };
+  for (int i0 = 1; i0 < rank; ++i0) {
+    const int d0 = order[i0];
+    int ipos = i0;
+    for (int i1 = i0 - 1; i1 >= 0; --i1) {
+      const int d1 = order[i1];
+      bool ambiguous = true, swap = false;
+      for (std::size_t k = 0; k < N; ++k) {
+        const std::int64_t s0 = stride(k, d0), s1 = stride(k, d1);
+        if (s0 == 0 || s1 == 0) continue;
+        if (s1 <= s0) {
+          swap = false;
+        } else if (ambiguous) {
+          swap = true;
+        }
+        ambiguous = false;
+      }
+      if (ambiguous) continue;
+      if (!swap) break;
+      ipos = i1;
+    }
+    for (int i = i0; i > ipos; --i) order[i] = order[i - 1];
+    order[ipos] = d0;
+  }
+  std::int64_t acc = 1;
+  for (int i = 0; i < rank; ++i) {
+    strides[order[i]] = acc;
+    acc = tierkit::checked_mul(acc, shape[order[i]] > 1 ? shape[order[i]] : 1, "shape: output stride");
+  }
+  return strides;
+}
+
+// A fresh output shaped like the operands, presented the way the first input
+// was: a numpy array for numpy (allocated through numpy's C API, in numpy's
+// K order), a torch tensor for torch (a C-contiguous Buffer handed over by
+// DLPack, zero-copy), a Buffer otherwise. With output caching on, the memory
+// comes from core's caching allocator (C order) whatever the input.
+template <std::size_t N>
+py::object new_output(const py::handle& first_input, const std::array<const tierkit::TensorView*, N>& ins) {
+  const tierkit::TensorView& first = *ins[0];
   const bool cached = g_use_cache.load(std::memory_order_relaxed);
   const bool numpy_in = numpy_imported() && py::isinstance<py::array>(first_input);
   if (numpy_in && !cached) {
-    // numpy's own allocation (PyArray_NewFromDescr, C order), with the
-    // input's dtype descriptor: no Python-level call, no dtype object built.
+    // numpy's own allocation (PyArray_NewFromDescr), with the input's dtype
+    // descriptor: no Python-level call, no dtype object built. C order (null
+    // strides) unless no operand is C-contiguous.
     const auto& api = py::detail::npy_api::get();
     PyObject* descr = py::detail::array_proxy(first_input.ptr())->descr;
-    Py_INCREF(descr);  // NewFromDescr steals a reference
-    py::ssize_t dims[tierkit::kMaxRank];
+    py::ssize_t dims[tierkit::kMaxRank], steps[tierkit::kMaxRank];
     for (int d = 0; d < first.rank(); ++d) dims[d] = first.shape()[d];
-    PyObject* array =
-        api.PyArray_NewFromDescr_(api.PyArray_Type_, descr, first.rank(), dims, nullptr, nullptr, 0, nullptr);
+    bool c_order = first.rank() < 2;
+    for (std::size_t k = 0; k < N && !c_order; ++k) c_order = ins[k]->is_contiguous();
+    if (!c_order) {
+      const tierkit::Shape st = k_order_strides(first.shape(), ins);
+      const auto item = static_cast<py::ssize_t>(tierkit::dtype_size(first.dtype()));
+      for (int d = 0; d < first.rank(); ++d) steps[d] = st[d] * item;
+    }
+    Py_INCREF(descr);  // NewFromDescr steals a reference
+    PyObject* array = api.PyArray_NewFromDescr_(api.PyArray_Type_, descr, first.rank(), dims,
+                                                c_order ? nullptr : steps, nullptr, 0, nullptr);
     if (!array) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(array);
   }
@@ -105,20 +164,110 @@ py::object new_output(const py::handle& first_input, const tierkit::TensorView& 
 // more than other threads could gain.
 constexpr std::int64_t kReleaseGilFrom = tierkit::kernels::detail::kGrain;
 
+// ---- numpy's rules beyond the fast path ------------------------------------
+// The fast path takes operands of one shape and one dtype that core reads in
+// place (and an `out` of that shape and dtype). Anything else numpy accepts
+// (broadcasting, promotion, Python and numpy scalars, masked arrays, dtypes
+// or byte orders core does not read, an `out` of another dtype) goes to
+// tierkit_bridge._numpy_rules, which applies numpy's rules and calls the
+// op's exact twin (_add_exact ...): the same code without the diversion, where
+// a mismatch is an error, as it was before.
+py::object general_path(const char* op, PyObject* const* slots, std::size_t count, const py::object& out) {
+  static PyObject* call = nullptr;  // leaked: lives as long as the module
+  if (!call)
+    call = py::object(py::module_::import("tierkit_bridge._numpy_rules").attr("call")).release().ptr();
+  py::tuple args(count);
+  for (std::size_t i = 0; i < count; ++i) args[i] = py::reinterpret_borrow<py::object>(slots[i]);
+  return py::reinterpret_borrow<py::object>(call)(op, args, out);
+}
+
+// numpy's MaskedArray type once numpy.ma is imported (before that, no masked
+// array exists); null otherwise.
+PyTypeObject* masked_array_type() {
+  static PyTypeObject* type = nullptr;
+  if (!type) {
+    PyObject* ma = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy.ma");  // borrowed
+    if (!ma) return nullptr;
+    type = reinterpret_cast<PyTypeObject*>(py::object(py::handle(ma).attr("MaskedArray")).release().ptr());
+  }
+  return type;
+}
+
+// numpy's generic scalar type (np.float64(1) ...), once numpy is imported.
+PyTypeObject* numpy_generic_type() {
+  static PyTypeObject* type = nullptr;
+  if (!type && numpy_imported()) {
+    PyObject* np = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy");  // borrowed
+    type = reinterpret_cast<PyTypeObject*>(py::object(py::handle(np).attr("generic")).release().ptr());
+  }
+  return type;
+}
+
+// An operand only numpy's rules handle, seen before borrowing: a Python or
+// numpy scalar, or a masked array (whose mask a borrow would drop).
+bool general_operand(PyObject* obj) {
+  const bool numpy = numpy_imported();
+  if (numpy && Py_TYPE(obj) == py::detail::npy_api::get().PyArray_Type_) return false;  // the common case
+  if (PyFloat_Check(obj) || PyLong_Check(obj) || PyComplex_Check(obj)) return true;     // bool is a PyLong
+  if (!numpy) return false;
+  if (PyTypeObject* masked = masked_array_type(); masked && PyObject_TypeCheck(obj, masked)) return true;
+  PyTypeObject* generic = numpy_generic_type();
+  return generic && PyObject_TypeCheck(obj, generic);
+}
+
+bool is_numpy_array(PyObject* obj) {
+  return numpy_imported() && py::detail::npy_api::get().PyArray_Check_(obj);
+}
+
 // Imports every input, checks them against the first, resolves `out`
 // (allocating when None), runs `kernel(views..., out_view)` (without the GIL
-// for large arrays) and returns the output object.
-template <std::size_t N, typename Kernel>
-py::object run(const py::handle (&inputs)[N], const char* const (&names)[N], const py::object& out,
-               Kernel kernel) {
+// for large arrays) and returns the output object. Takes numpy's general
+// path (above) instead when the operands need it.
+struct DivertToGeneral {};
+
+template <bool Divert, std::size_t N, typename Kernel>
+py::object run_body(const char* op, PyObject* const* slots, std::size_t count, const py::handle (&inputs)[N],
+                    const char* const (&names)[N], const py::object& out, Kernel kernel) {
+  constexpr bool may_divert = Divert;
   std::array<ArrayArg, N> args;
   for (std::size_t i = 0; i < N; ++i) {
-    args[i] = ArrayArg::borrow(inputs[i], names[i], false);
-    require_operand(args[i].view(), names[i], args[0].view(), names[0]);
+    if (may_divert && general_operand(inputs[i].ptr())) return general_path(op, slots, count, out);
+    try {
+      args[i] = ArrayArg::borrow(inputs[i], names[i], false);
+    } catch (...) {
+      // A numpy array core cannot read in place (another dtype or byte order):
+      // numpy's rules may still promote or convert it.
+      if (may_divert && is_numpy_array(inputs[i].ptr())) return general_path(op, slots, count, out);
+      throw;
+    }
+    const tierkit::TensorView& v = args[i].view();
+    if (i > 0 && (v.dtype() != args[0].view().dtype() || v.shape() != args[0].view().shape())) {
+      if (may_divert) return general_path(op, slots, count, out);
+      require_operand(v, names[i], args[0].view(), names[0]);  // throws, naming both
+    } else if (i == 0 && !tierkit::is_accepted(v.dtype())) {
+      if (may_divert) return general_path(op, slots, count, out);  // int32 + float32 promotes
+      require_operand(v, names[0], v, names[0]);                   // throws, naming the dtype
+    }
   }
-  const py::object result = out.is_none() ? new_output(inputs[0], args[0].view()) : out;
-  const ArrayArg dst = ArrayArg::borrow(result, "out", true);
-  require_operand(dst.view(), "out", args[0].view(), names[0]);
+  if (may_divert && !out.is_none() && general_operand(out.ptr())) return general_path(op, slots, count, out);
+  std::array<const tierkit::TensorView*, N> views;
+  for (std::size_t i = 0; i < N; ++i) views[i] = &args[i].view();
+  const py::object result = out.is_none() ? new_output(inputs[0], views) : out;
+  // Built in place (no default-constructed view assigned over): this is the
+  // per-call path. A numpy `out` core cannot write in place goes to numpy's
+  // rules, signalled by DivertToGeneral.
+  const ArrayArg dst = [&] {
+    try {
+      return ArrayArg::borrow(result, "out", true);
+    } catch (...) {
+      if (may_divert && is_numpy_array(result.ptr())) throw DivertToGeneral{};
+      throw;
+    }
+  }();
+  if (dst.view().dtype() != args[0].view().dtype() || dst.view().shape() != args[0].view().shape()) {
+    if (may_divert) return general_path(op, slots, count, out);
+    require_operand(dst.view(), "out", args[0].view(), names[0]);  // throws, naming both
+  }
   const unsigned threads = g_max_threads.load(std::memory_order_relaxed);
   if (dst.view().numel() >= kReleaseGilFrom) {
     py::gil_scoped_release nogil;
@@ -126,8 +275,23 @@ py::object run(const py::handle (&inputs)[N], const char* const (&names)[N], con
   } else {
     kernel(args, dst.view(), threads);
   }
-  if (!out.is_none()) bump_torch_version(out);
+  if (!out.is_none()) {
+    bump_torch_version(out);
+  } else if (dst.view().rank() == 0 && may_divert && is_numpy_array(result.ptr())) {
+    // numpy's ufuncs return a numpy scalar, not a 0-d array, for a 0-d result.
+    return py::reinterpret_steal<py::object>(PyObject_GetItem(result.ptr(), py::tuple().ptr()));
+  }
   return result;
+}
+
+template <bool Divert, std::size_t N, typename Kernel>
+py::object run(const char* op, PyObject* const* slots, std::size_t count, const py::handle (&inputs)[N],
+               const char* const (&names)[N], const py::object& out, Kernel kernel) {
+  try {
+    return run_body<Divert>(op, slots, count, inputs, names, out, kernel);
+  } catch (const DivertToGeneral&) {
+    return general_path(op, slots, count, out);
+  }
 }
 
 // ---- the calling convention of the four ops ---------------------------------
@@ -217,54 +381,78 @@ constexpr Signature kMul{"mul", {"a", "b"}, 2};
 constexpr Signature kScaleShift{"scale_shift", {"x", "alpha", "beta"}, 3};
 constexpr Signature kMulAdd{"muladd", {"a", "b", "c"}, 3};
 
+template <bool Divert>
 PyObject* add(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return call_op(kAdd, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
-    return run<2>({s[0], s[1]}, {"a", "b"}, out, [](const auto& in, const auto& o, unsigned t) {
-      tierkit::kernels::add(in[0].view(), in[1].view(), o, tierkit::kernels::PoolRunner{t});
-    });
+    return run<Divert, 2>(kAdd.name, s, kAdd.count, {s[0], s[1]}, {"a", "b"}, out,
+                          [](const auto& in, const auto& o, unsigned t) {
+                            tierkit::kernels::add(in[0].view(), in[1].view(), o,
+                                                  tierkit::kernels::PoolRunner{t});
+                          });
   });
 }
+template <bool Divert>
 PyObject* mul(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return call_op(kMul, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
-    return run<2>({s[0], s[1]}, {"a", "b"}, out, [](const auto& in, const auto& o, unsigned t) {
-      tierkit::kernels::mul(in[0].view(), in[1].view(), o, tierkit::kernels::PoolRunner{t});
-    });
+    return run<Divert, 2>(kMul.name, s, kMul.count, {s[0], s[1]}, {"a", "b"}, out,
+                          [](const auto& in, const auto& o, unsigned t) {
+                            tierkit::kernels::mul(in[0].view(), in[1].view(), o,
+                                                  tierkit::kernels::PoolRunner{t});
+                          });
   });
 }
+template <bool Divert>
 PyObject* scale_shift(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return call_op(kScaleShift, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
     const double alpha = real_argument(s[1], kScaleShift, "alpha");
     const double beta = real_argument(s[2], kScaleShift, "beta");
-    return run<1>({s[0]}, {"x"}, out, [alpha, beta](const auto& in, const auto& o, unsigned t) {
-      tierkit::kernels::scale_shift(in[0].view(), alpha, beta, o, tierkit::kernels::PoolRunner{t});
-    });
+    return run<Divert, 1>(kScaleShift.name, s, kScaleShift.count, {s[0]}, {"x"}, out,
+                          [alpha, beta](const auto& in, const auto& o, unsigned t) {
+                            tierkit::kernels::scale_shift(in[0].view(), alpha, beta, o,
+                                                          tierkit::kernels::PoolRunner{t});
+                          });
   });
 }
+template <bool Divert>
 PyObject* muladd(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   return call_op(kMulAdd, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
     const double c = real_argument(s[2], kMulAdd, "c");
-    return run<2>({s[0], s[1]}, {"a", "b"}, out, [c](const auto& in, const auto& o, unsigned t) {
-      tierkit::kernels::muladd(in[0].view(), in[1].view(), c, o, tierkit::kernels::PoolRunner{t});
-    });
+    return run<Divert, 2>(kMulAdd.name, s, kMulAdd.count, {s[0], s[1]}, {"a", "b"}, out,
+                          [c](const auto& in, const auto& o, unsigned t) {
+                            tierkit::kernels::muladd(in[0].view(), in[1].view(), c, o,
+                                                     tierkit::kernels::PoolRunner{t});
+                          });
   });
 }
 
 // The text signatures (before "--") are what inspect.signature and stubtest read.
 #define TIERKIT_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn))
 PyMethodDef kOpMethods[] = {
-    {"add", TIERKIT_FASTCALL(add), METH_FASTCALL | METH_KEYWORDS,
+    {"add", TIERKIT_FASTCALL(add<true>), METH_FASTCALL | METH_KEYWORDS,
      "add($module, a, b, *, out=None)\n--\n\n"
-     "a + b elementwise (same shape and dtype). Writes into ``out`` when given and returns it; else\n"
-     "returns a new C-contiguous array presented like ``a``: numpy for numpy, torch for torch,\n"
-     "a Buffer otherwise (zero-copy each way)."},
-    {"mul", TIERKIT_FASTCALL(mul), METH_FASTCALL | METH_KEYWORDS,
+     "a + b elementwise, with numpy's broadcasting, promotion (np.result_type) and scalars; masked\n"
+     "arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under\n"
+     "same_kind); else returns a new array in numpy's K order presented like ``a``: numpy for numpy,\n"
+     "torch for torch, a Buffer otherwise (zero-copy each way)."},
+    {"mul", TIERKIT_FASTCALL(mul<true>), METH_FASTCALL | METH_KEYWORDS,
      "mul($module, a, b, *, out=None)\n--\n\na * b elementwise; same rules as add."},
-    {"scale_shift", TIERKIT_FASTCALL(scale_shift), METH_FASTCALL | METH_KEYWORDS,
+    {"scale_shift", TIERKIT_FASTCALL(scale_shift<true>), METH_FASTCALL | METH_KEYWORDS,
      "scale_shift($module, x, alpha, beta, *, out=None)\n--\n\n"
      "alpha * x + beta elementwise, one pass; same rules as add."},
-    {"muladd", TIERKIT_FASTCALL(muladd), METH_FASTCALL | METH_KEYWORDS,
+    {"muladd", TIERKIT_FASTCALL(muladd<true>), METH_FASTCALL | METH_KEYWORDS,
      "muladd($module, a, b, c, *, out=None)\n--\n\n"
      "a * b + c elementwise (c a scalar), one pass; same rules as add."},
+    // The exact twins numpy's general path (_numpy_rules) calls with operands
+    // it made fit: same code, no diversion.
+    {"_add_exact", TIERKIT_FASTCALL(add<false>), METH_FASTCALL | METH_KEYWORDS,
+     "_add_exact($module, a, b, *, out=None)\n--\n\nadd without numpy's general path."},
+    {"_mul_exact", TIERKIT_FASTCALL(mul<false>), METH_FASTCALL | METH_KEYWORDS,
+     "_mul_exact($module, a, b, *, out=None)\n--\n\nmul without numpy's general path."},
+    {"_scale_shift_exact", TIERKIT_FASTCALL(scale_shift<false>), METH_FASTCALL | METH_KEYWORDS,
+     "_scale_shift_exact($module, x, alpha, beta, *, out=None)\n--\n\nscale_shift without numpy's general "
+     "path."},
+    {"_muladd_exact", TIERKIT_FASTCALL(muladd<false>), METH_FASTCALL | METH_KEYWORDS,
+     "_muladd_exact($module, a, b, c, *, out=None)\n--\n\nmuladd without numpy's general path."},
     {nullptr, nullptr, 0, nullptr},
 };
 #undef TIERKIT_FASTCALL

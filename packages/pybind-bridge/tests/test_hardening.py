@@ -38,7 +38,9 @@ PRODUCERS = {
     "bytes": ("x = b'abcd'", "TypeError"),
     "bytearray": ("x = bytearray(8)", "TypeError"),
     "misaligned numpy view": ("x = np.frombuffer(bytes(17), np.float32, count=4, offset=1)", "ValueError"),
-    "big-endian numpy": ("x = np.arange(3, dtype='>f4')", "ValueError"),
+    # numpy converts a non-native byte order (np.add does): so does the bridge.
+    "big-endian numpy": ("x = np.arange(3, dtype='>f4')", [1, 3, 5]),
+    "big-endian memoryview": ("x = memoryview(np.arange(3, dtype='>f4'))", "ValueError"),
     "little-endian numpy": ("x = np.arange(3, dtype='<f4')", [1, 3, 5]),
     "native numpy": ("x = np.arange(3, dtype='=f8')", [1, 3, 5]),
     "negative-stride numpy": ("x = np.arange(4, dtype=np.float32)[::-1]", [7, 5, 3, 1]),
