@@ -110,7 +110,9 @@ def _python_session(name: str, version: str) -> None:
         if not matrix.test_tier_on_python(session, name, version, tuple(session.posargs)):
             session.skip(f"Python {version} is not on this machine")
 
-    _tests.__doc__ = f"Build {TIERS[name].path} (and what it needs) with Python {version}; run its pytest there."
+    _tests.__doc__ = (
+        f"Build {TIERS[name].path} (and what it needs) with Python {version}; run its pytest there."
+    )
 
 
 # The tiers whose wheels depend on the interpreter, under each Python

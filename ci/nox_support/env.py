@@ -173,9 +173,13 @@ def install_tiers(session: nox.Session, py: str, names, stamps: Path = STAMPS) -
             session.log(f"{name}: installed and up to date")
             continue
         if stamp.exists():
-            session.log(f"{name}: stamped as installed, but {py} cannot find {TIERS[name].module}: reinstalling")
+            session.log(
+                f"{name}: stamped as installed, but {py} cannot find {TIERS[name].module}: reinstalling"
+            )
             stamp.unlink()
         pip_install(session, py, ROOT / TIERS[name].path, "--force-reinstall")
         if missing_modules(py, [TIERS[name].module]):
-            session.error(f"{name}: pip installed {TIERS[name].path}, yet {py} cannot find {TIERS[name].module}")
+            session.error(
+                f"{name}: pip installed {TIERS[name].path}, yet {py} cannot find {TIERS[name].module}"
+            )
         mark_done(stamp)

@@ -70,7 +70,9 @@ def python_env(session: nox.Session, version: str, *requirements: str, suffix: s
     if exe is None:
         session.warn(f"Python {version}: not found (pyenv versions, or python{version} on PATH): skipped")
         return None
-    return shared_env(session, MATRIX, *requirements, env_dir=ROOT / ".nox" / f"_py{version}{suffix}", base=exe)
+    return shared_env(
+        session, MATRIX, *requirements, env_dir=ROOT / ".nox" / f"_py{version}{suffix}", base=exe
+    )
 
 
 def test_tier_on_python(session: nox.Session, name: str, version: str, pytest_args: tuple[str, ...]) -> bool:
@@ -151,9 +153,13 @@ def test_torch_next(session: nox.Session, pytest_args: tuple[str, ...]) -> None:
     if build.returncode != 0:
         install_tiers(session, py, ["tools"], stamps=stamps)
         session.run(py, "-m", "tierkit", "doctor", "explain", str(log), external=True, success_codes=[0, 1])
-        session.warn(f"torch-cuda against torch {version}: skipped, its build failed (log: {log}; the doctor's reading above)")
+        session.warn(
+            f"torch-cuda against torch {version}: skipped, its build failed (log: {log}; the doctor's reading above)"
+        )
         return
-    session.log(f"==== torch-cuda built against torch {version}: its CPU-side tests (GPU tests skip without a GPU)")
+    session.log(
+        f"==== torch-cuda built against torch {version}: its CPU-side tests (GPU tests skip without a GPU)"
+    )
     session.run(
         py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(ROOT / TIERS["cuda"].path / "tests"),
         *pytest_args, external=True, env=BUILD_ENV,

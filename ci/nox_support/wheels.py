@@ -213,19 +213,19 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def install_dist_wheel(session: nox.Session, env_py: str, wheel: Path, pip_env: dict | None = None) -> None:
-    """`wheel`, this very file, into another env; only this repository's
-    wheels, never an index (torch is already there), then `pip check`.
-    `pip_env`: the environment that env's requirements were installed with
-    (the newest torch's env must not see this machine's torch<=2.14.1
-    constraint, or pip "repairs" its torch 2.15.0 with the 2.13.0 on disk)."""
-    dist = wheel.name.split("-")[0]
-    session.run(env_py, "-m", "pip", "uninstall", "-q", "-y", dist, external=True, silent=True)
+def install_dist_wheels(session: nox.Session, env_py: str, wheels: list[Path], pip_env: dict | None = None) -> None:
+    """`wheels`, these very files (a tier's and the tiers it needs), into
+    another env, replacing what an earlier run left there (the same version
+    number with older code); only this repository's wheels, never an index
+    (torch is already there), then `pip check`. `pip_env`: the environment
+    that env's requirements were installed with (the newest torch's env must
+    not see this machine's torch<=2.14.1 constraint, or pip "repairs" its
+    torch 2.15.0 with the 2.13.0 on disk)."""
     session.run(
-        env_py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(DIST_DIR), str(wheel),
-        external=True, env=pip_env or {},
+        env_py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
+        *map(str, wheels), external=True, env=pip_env or {},
     )  # fmt: skip
-    session.run(env_py, "-m", "pip", "check", external=True)
+    session.run(env_py, "-m", "pip", "check", external=True, env=pip_env or {})
 
 
 def test_wheel_on_torches(session: nox.Session, py: str, name: str, pytest_args: tuple[str, ...]) -> None:
@@ -238,14 +238,16 @@ def test_wheel_on_torches(session: nox.Session, py: str, name: str, pytest_args:
     from .tiers import TORCH_OLDEST
 
     tier = TIERS[name]
+    needed = []
     for dep in tier.needs:  # core: the wheel's build requirement and runtime dependency
-        install_wheel(session, py, dep, build_from_sdist(session, py, dep))
+        needed.append(build_from_sdist(session, py, dep))
+        install_wheel(session, py, dep, needed[-1])
     wheel = build_from_sdist(session, py, name)
     install_wheel(session, py, name, wheel, force=True)  # this very file, not a source-tree build
     oldest = shared_env(session, TORCH_OLDEST, env_dir=OLDEST_ENV)
     newest = next_torch_env(session)
-    install_dist_wheel(session, oldest, wheel)
-    install_dist_wheel(session, newest, wheel, pip_env=UNCAPPED)
+    install_dist_wheels(session, oldest, [*needed, wheel])
+    install_dist_wheels(session, newest, [*needed, wheel], pip_env=UNCAPPED)
     digest = sha256(wheel)
     tests = str(ROOT / tier.path / "tests")
     for label, env_py in (("shared env", py), ("oldest torch", oldest), ("newest torch", newest)):

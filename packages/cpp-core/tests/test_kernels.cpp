@@ -176,6 +176,39 @@ TEST(Kernels, PartialOverlapIsRejected) {
   }
 }
 
+// The overlap rule is exact: layouts whose byte ranges meet but that share
+// no element (interleaved, column blocks) are computed, as aten and numpy do;
+// a shared element at another index is refused before anything is written.
+TEST(Kernels, LayoutsSharingNoElementAreComputed) {
+  std::vector<float> base(12);
+  for (std::size_t i = 0; i < base.size(); ++i) base[i] = static_cast<float>(i);
+  TensorView evens(base.data(), 11, DType::Float32, {6}, {2});
+  TensorView odds(base.data() + 1, 11, DType::Float32, {6}, {2});
+  k::scale_shift(odds, 2.0, 0.0, evens);  // out = base[::2], x = base[1::2]
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(base[2 * i], 2.0f * (2 * i + 1)) << i;
+    EXPECT_EQ(base[2 * i + 1], static_cast<float>(2 * i + 1)) << i;  // the input is untouched
+  }
+  // Columns 0-1 and 2-3 of one 3x4 matrix.
+  std::vector<float> m(12, 1.0f);
+  TensorView left(m.data(), 10, DType::Float32, {3, 2}, {4, 1});
+  TensorView right(m.data() + 2, 10, DType::Float32, {3, 2}, {4, 1});
+  k::add(left, left, right);
+  EXPECT_EQ(m[2], 2.0f);
+  EXPECT_EQ(m[0], 1.0f);
+}
+
+TEST(Kernels, AnElementSharedAtAnotherIndexIsRefusedUntouched) {
+  std::vector<float> mem(8);
+  for (std::size_t i = 0; i < mem.size(); ++i) mem[i] = static_cast<float>(i);
+  const auto before = mem;
+  TensorView shifted(mem.data() + 2, 6, DType::Float32, {3},
+                     {2});                                   // 2 4 6: element 0 of it is out's element 1
+  TensorView out3(mem.data(), 5, DType::Float32, {3}, {2});  // 0 2 4
+  EXPECT_THROW(k::scale_shift(shifted, 1.0, 1.0, out3), tierkit::InvalidArgument);
+  EXPECT_EQ(mem, before);
+}
+
 TEST(Kernels, ShapeMismatchNamesBothShapes) {
   std::vector<float> a(6), b(6), out(6);
   auto va = TensorView::contiguous(a.data(), 6, DType::Float32, {2, 3});

@@ -216,6 +216,8 @@ def test_torch_negative_bit_inputs_are_read_by_value():
 def test_torch_negative_bit_out_is_refused_untouched():
     a = torch.arange(3.0)
     out = _lazily_negated(torch.tensor([7.0, 8.0, 9.0]))
-    with pytest.raises(ValueError, match="out: expected a tensor without torch's neg bit, got one with it set"):
+    with pytest.raises(
+        ValueError, match="out: expected a tensor without torch's neg bit, got one with it set"
+    ):
         tb.add(a, a, out=out)
     assert out.tolist() == [7.0, 8.0, 9.0]

@@ -3,6 +3,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import workspace_guard
 
 
 @pytest.fixture
@@ -36,3 +37,13 @@ def fake_toolkit(tmp_path):
         return root
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _leaves_the_workspace_alone():
+    """No test may change the developer's shared env, its stamps or the
+    source tree (workspace_guard.py)."""
+    before = workspace_guard.state()
+    yield
+    changed = workspace_guard.changed(before, workspace_guard.state())
+    assert not changed, f"this test changed the developer's workspace: {changed}"

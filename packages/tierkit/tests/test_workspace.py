@@ -174,3 +174,19 @@ def test_a_stamp_vouches_only_for_a_tier_that_is_really_there(tmp_path):
     assert "yet" in stale["error"] and "cannot find tierkit_bridge" in stale["error"]
     assert not stale["stamped"], "a failed reinstall left the stale stamp in place"
     assert fresh["pip"] and fresh["error"] and not fresh["stamped"]
+
+
+def test_the_workspace_guard_sees_a_stamp_and_a_stray_file(tmp_path):
+    # The guard every test runs under (conftest.py), on a scratch repository
+    # and stamp folder: a new stamp and a new untracked file are both changes.
+    import workspace_guard
+
+    repo, stamps = tmp_path / "repo", tmp_path / "stamps"
+    stamps.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    before = workspace_guard.state([stamps], repo)
+    (stamps / "bridge-0123456789abcdef").touch()
+    (repo / "inputs.bin").write_bytes(b"x")
+    after = workspace_guard.state([stamps], repo)
+    assert workspace_guard.changed(before, after) == sorted([str(stamps), "source tree (git status)"])
+    assert workspace_guard.changed(after, workspace_guard.state([stamps], repo)) == []

@@ -260,7 +260,8 @@ void write_out(const at::Tensor& out, const F& call) {
 
 at::Tensor& add_out_autograd(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   refuse_autodiff("tierkit::add_out", {&a, &b, &out});
-  static const auto h = op<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>("tierkit::add_out");
+  static const auto h =
+      op<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>("tierkit::add_out");
   write_out(out, [&] { h.call(a, b, out); });
   return out;
 }

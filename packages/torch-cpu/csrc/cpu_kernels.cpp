@@ -137,7 +137,8 @@ at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, cons
   return result;
 }
 
-at::Tensor scale_shift_into(const char* op, const at::Tensor& x, double alpha, double beta, const at::Tensor* out) {
+at::Tensor scale_shift_into(const char* op, const at::Tensor& x, double alpha, double beta,
+                            const at::Tensor* out) {
   const ScaleShiftKernel kernel{alpha, beta};
   if (!plain_call({&x}) || (out && out->scalar_type() != x.scalar_type())) {
     const auto p = resolve_pointwise<1>(op, {&x}, {"x"}, /*float_scalar=*/true, out, kCPU);

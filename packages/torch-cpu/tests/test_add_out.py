@@ -42,7 +42,10 @@ def test_bumps_the_version_counter(gen):
     [
         (lambda a: torch.empty(1).expand(10), "out: has internal overlap"),
         (lambda a: torch.empty(9), "out: expected shape \\[10\\] \\(the result's\\), got \\[9\\]"),
-        (lambda a: torch.empty(0), "out: expected shape \\[10\\] \\(the result's\\), got \\[0\\]"),  # never resized
+        (
+            lambda a: torch.empty(0),
+            "out: expected shape \\[10\\] \\(the result's\\), got \\[0\\]",
+        ),  # never resized
         (
             lambda a: torch.empty(10, dtype=torch.int64),
             "out: expected a dtype the result \\(float32\\) can be cast to, got int64",

@@ -47,7 +47,7 @@ def aten(op, a, b=None):
 def call(ns, op, a, b=None, **kw):
     ops = getattr(torch.ops, ns)
     args = {"custom_add": (a, b), "mul": (a, b), "muladd": (a, b, C), "scale_shift": (a, ALPHA, BETA)}[op]
-    return getattr(ops, op)(*args, **kw) if not kw else getattr(getattr(ops, op), "out")(*args, **kw)
+    return getattr(ops, op)(*args, **kw) if not kw else getattr(ops, op).out(*args, **kw)
 
 
 def assert_like_aten(got, want):
@@ -145,7 +145,10 @@ def test_out_of_a_wider_dtype_is_written_cast(ns, op):
 def test_out_of_an_integer_dtype_is_refused_untouched(ns):
     a = rand(3)
     out = torch.zeros(3, dtype=torch.int64)
-    with pytest.raises(RuntimeError, match=rf"{ns}::custom_add.out: out: expected a dtype the result \(float32\) can be cast to, got int64"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{ns}::custom_add.out: out: expected a dtype the result \(float32\) can be cast to, got int64",
+    ):
         call(ns, "custom_add", a, a, out=out)
     assert not out.any()
 
@@ -156,7 +159,9 @@ def test_out_gets_the_broadcast_shape(ns):
     out = torch.empty(0)
     call(ns, "mul", a, b, out=out)
     assert_like_aten(out, aten("mul", a, b))
-    with pytest.raises(RuntimeError, match=rf"{ns}::mul.out: out: expected shape \[3, 4\] \(the result's\), got \[3\]"):
+    with pytest.raises(
+        RuntimeError, match=rf"{ns}::mul.out: out: expected shape \[3, 4\] \(the result's\), got \[3\]"
+    ):
         call(ns, "mul", a, b, out=torch.empty(3))
 
 
@@ -177,7 +182,9 @@ def test_add_out_broadcasts_without_resizing(ns):
     out = torch.empty(3, 4, dtype=torch.float64)
     assert ops.add_out(a, b, out) is out
     torch.testing.assert_close(out, (a + b).double(), rtol=0, atol=0)
-    with pytest.raises(RuntimeError, match=rf"{ns}::add_out: out: expected shape \[3, 4\] \(the result's\), got \[0\]"):
+    with pytest.raises(
+        RuntimeError, match=rf"{ns}::add_out: out: expected shape \[3, 4\] \(the result's\), got \[0\]"
+    ):
         ops.add_out(a, b, torch.empty(0))
 
 
@@ -223,7 +230,11 @@ def test_forward_ad_with_broadcasting(op):
     with fwAD.dual_level():
         out = call("tierkit", op, fwAD.make_dual(a, ta), b)
         got = fwAD.unpack_dual(out).tangent
-    want = torch.func.jvp(lambda x: {"custom_add": torch.add, "mul": torch.mul, "muladd": lambda p, q: p * q + C}[op](x, b), (a,), (ta,))[1]
+    want = torch.func.jvp(
+        lambda x: {"custom_add": torch.add, "mul": torch.mul, "muladd": lambda p, q: p * q + C}[op](x, b),
+        (a,),
+        (ta,),
+    )[1]
     assert got.shape == want.shape
     torch.testing.assert_close(got, want)
 
@@ -245,7 +256,11 @@ def test_vmap_with_operands_of_other_ranks(op):
 def test_fake_tensors_agree_with_the_kernel(ns, op):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    cases = [(rand(3, 1), rand(1, 4)), (rand(4), rand(dtype=torch.float64)), (rand(2, 3).t(), rand(3, 1, dtype=torch.bfloat16))]
+    cases = [
+        (rand(3, 1), rand(1, 4)),
+        (rand(4), rand(dtype=torch.float64)),
+        (rand(2, 3).t(), rand(3, 1, dtype=torch.bfloat16)),
+    ]
     for a, b in cases:
         real = call(ns, op, a, b)
         with FakeTensorMode() as mode:
@@ -298,7 +313,9 @@ def test_the_typed_face_refuses_a_scalar_tensor_that_requires_grad(face):
         pytest.skip(f"{face} is not installed")
     ops = importlib.import_module(f"{face}.ops")
     x, alpha = rand(3), torch.tensor(2.0, requires_grad=True)
-    with pytest.raises(TypeError, match=rf"{face}.scale_shift: alpha: expected a number, got a tensor that requires grad"):
+    with pytest.raises(
+        TypeError, match=rf"{face}.scale_shift: alpha: expected a number, got a tensor that requires grad"
+    ):
         ops.scale_shift(x, alpha, 0.0)
     with pytest.raises(TypeError, match=rf"{face}.muladd: c: expected a number"):
         ops.muladd(x, x, alpha)

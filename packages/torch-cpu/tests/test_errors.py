@@ -65,10 +65,14 @@ def test_meta_tensors_get_the_same_checks():
     m = torch.empty(2, 3, device="meta")
     out = ops.custom_add(m, m)
     assert out.device.type == "meta" and out.shape == (2, 3)
-    with pytest.raises(RuntimeError, match="b: expected a shape that broadcasts with \\[2, 3\\] \\(a\\), got \\[3, 2\\]"):
+    with pytest.raises(
+        RuntimeError, match="b: expected a shape that broadcasts with \\[2, 3\\] \\(a\\), got \\[3, 2\\]"
+    ):
         ops.custom_add(m, m.t())
     with pytest.raises(
         RuntimeError,
         match="tierkit::custom_add: a: expected dtype float32, float64, float16 or bfloat16, got int64",
     ):
-        ops.custom_add(torch.empty(3, device="meta", dtype=torch.int64), torch.empty(3, device="meta", dtype=torch.int64))
+        ops.custom_add(
+            torch.empty(3, device="meta", dtype=torch.int64), torch.empty(3, device="meta", dtype=torch.int64)
+        )

@@ -81,7 +81,9 @@ def test_out_rules_follow_aten(op, gen):
     torch.testing.assert_close(empty, expected(op, *([a, b][: ARITY[op]])), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match=r"out: expected shape \[4, 6\] \(the result's\), got \[3\]"):
         OUT_CALLS[op](a, b, torch.empty(3))
-    with pytest.raises(RuntimeError, match=r"out: expected a dtype the result \(float32\) can be cast to, got int64"):
+    with pytest.raises(
+        RuntimeError, match=r"out: expected a dtype the result \(float32\) can be cast to, got int64"
+    ):
         OUT_CALLS[op](a, b, torch.empty(4, 6, dtype=torch.int64))
     with pytest.raises(RuntimeError, match="does not support automatic differentiation"):
         OUT_CALLS[op](a.requires_grad_(), b, torch.empty(4, 6))

@@ -182,7 +182,8 @@ inline void prepare_out(const char* op, Tensor& out, const Tensor& like, bool re
 // ns::op.overload(args...) through the dispatcher; the first return value.
 template <typename... Args>
 StableIValue dispatch(const char* name, const char* overload, const Args&... args) {
-  std::array<StableIValue, std::max<std::size_t>(sizeof...(Args), 1)> stack{torch::stable::detail::from(args)...};
+  std::array<StableIValue, std::max<std::size_t>(sizeof...(Args), 1)> stack{
+      torch::stable::detail::from(args)...};
   STABLE_TORCH_ERROR_CODE_CHECK(torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
   return stack[0];
 }
@@ -196,14 +197,21 @@ inline bool plain_call(std::initializer_list<const Tensor*> tensors) {
   const Tensor& first = **tensors.begin();
   if (!first.defined() || !accepted(first.scalar_type())) return false;
   for (const Tensor* t : tensors)
-    if (!t->defined() || t->scalar_type() != first.scalar_type() || sizes_of(*t) != sizes_of(first)) return false;
+    if (!t->defined() || t->scalar_type() != first.scalar_type() || sizes_of(*t) != sizes_of(first))
+      return false;
   return true;
 }
 
 inline bool is_integral_or_bool(ScalarType t) {
   switch (t) {
-    case ScalarType::Bool: case ScalarType::Byte: case ScalarType::Char: case ScalarType::Short:
-    case ScalarType::Int: case ScalarType::Long: case ScalarType::UInt16: case ScalarType::UInt32:
+    case ScalarType::Bool:
+    case ScalarType::Byte:
+    case ScalarType::Char:
+    case ScalarType::Short:
+    case ScalarType::Int:
+    case ScalarType::Long:
+    case ScalarType::UInt16:
+    case ScalarType::UInt32:
     case ScalarType::UInt64: return true;
     default: return false;
   }
@@ -237,8 +245,10 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const Tensor*, N
                    names[0] + "), got " + device_str(in[i]->device()));
   // dtype
   ScalarType dtype = in[0]->scalar_type();
-  if (N > 1) dtype = torch::stable::detail::to<ScalarType>(dispatch("aten::result_type", "Tensor", *in[0], *in[1]));
-  if (float_scalar && is_integral_or_bool(dtype)) dtype = torch::stable::empty({0}).scalar_type();  // the default
+  if (N > 1)
+    dtype = torch::stable::detail::to<ScalarType>(dispatch("aten::result_type", "Tensor", *in[0], *in[1]));
+  if (float_scalar && is_integral_or_bool(dtype))
+    dtype = torch::stable::empty({0}).scalar_type();  // the default
   if (!accepted(dtype)) {
     std::size_t bad = 0;
     while (bad + 1 < N && accepted(in[bad]->scalar_type())) ++bad;
@@ -255,8 +265,8 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const Tensor*, N
       const std::int64_t x = k < rank - shape.size() ? 1 : shape[k - (rank - shape.size())];
       const std::int64_t y = k < rank - sizes.size() ? 1 : sizes[k - (rank - sizes.size())];
       if (!(x == y || x == 1 || y == 1))
-        fail(op, std::string(names[i]) + ": expected a shape that broadcasts with " + shape_list(shape) + " (" +
-                     names[0] + (i > 1 ? " and the others" : "") + "), got " + shape_list(sizes));
+        fail(op, std::string(names[i]) + ": expected a shape that broadcasts with " + shape_list(shape) +
+                     " (" + names[0] + (i > 1 ? " and the others" : "") + "), got " + shape_list(sizes));
       joined[k] = x == 1 ? y : x;
     }
     shape = std::move(joined);
@@ -277,7 +287,8 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const Tensor*, N
                    dtype_name(out->scalar_type()));
     if (sizes_of(*out) != shape) {
       if (!resize_out || out->numel() != 0)
-        fail(op, "out: expected shape " + shape_list(shape) + " (the result's), got " + shape_list(sizes_of(*out)));
+        fail(op, "out: expected shape " + shape_list(shape) + " (the result's), got " +
+                     shape_list(sizes_of(*out)));
       dispatch("aten::resize_", "", *out, shape_ref, std::nullopt);
     }
     p.result = *out;
@@ -289,19 +300,19 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const Tensor*, N
     std::array<Tensor, N> m;
     for (std::size_t i = 0; i < N; ++i) {
       const auto sz = sizes_of(*in[i]), st = strides_of(*in[i]);
-      m[i] = torch::stable::detail::to<Tensor>(dispatch(
-          "aten::empty_strided", "", torch::headeronly::IntHeaderOnlyArrayRef(sz.data(), sz.size()),
-          torch::headeronly::IntHeaderOnlyArrayRef(st.data(), st.size()), std::optional<ScalarType>(dtype),
-          std::optional<torch::headeronly::Layout>(), std::optional<torch::stable::Device>(meta),
-          std::optional<bool>()));
+      m[i] = torch::stable::detail::to<Tensor>(
+          dispatch("aten::empty_strided", "", torch::headeronly::IntHeaderOnlyArrayRef(sz.data(), sz.size()),
+                   torch::headeronly::IntHeaderOnlyArrayRef(st.data(), st.size()),
+                   std::optional<ScalarType>(dtype), std::optional<torch::headeronly::Layout>(),
+                   std::optional<torch::stable::Device>(meta), std::optional<bool>()));
     }
     const Tensor proto = torch::stable::detail::to<Tensor>(dispatch("aten::mul", "Tensor", m[0], m[N - 1]));
     const auto sz = sizes_of(proto), st = strides_of(proto);
-    p.result = p.target = torch::stable::detail::to<Tensor>(dispatch(
-        "aten::empty_strided", "", torch::headeronly::IntHeaderOnlyArrayRef(sz.data(), sz.size()),
-        torch::headeronly::IntHeaderOnlyArrayRef(st.data(), st.size()), std::optional<ScalarType>(dtype),
-        std::optional<torch::headeronly::Layout>(), std::optional<torch::stable::Device>(in[0]->device()),
-        std::optional<bool>()));
+    p.result = p.target = torch::stable::detail::to<Tensor>(
+        dispatch("aten::empty_strided", "", torch::headeronly::IntHeaderOnlyArrayRef(sz.data(), sz.size()),
+                 torch::headeronly::IntHeaderOnlyArrayRef(st.data(), st.size()),
+                 std::optional<ScalarType>(dtype), std::optional<torch::headeronly::Layout>(),
+                 std::optional<torch::stable::Device>(in[0]->device()), std::optional<bool>()));
   }
   return p;
 }

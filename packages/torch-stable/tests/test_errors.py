@@ -78,7 +78,8 @@ def test_bad_call(call, pattern):
 def test_meta_tensors_get_the_same_checks():
     m = torch.empty(2, 3, device="meta")
     with pytest.raises(
-        RuntimeError, match=r"tierkit_stable::mul: b: expected a shape that broadcasts with \[2, 3\] \(a\), got \[3, 2\]"
+        RuntimeError,
+        match=r"tierkit_stable::mul: b: expected a shape that broadcasts with \[2, 3\] \(a\), got \[3, 2\]",
     ):
         ops.mul(m, m.t())
     assert ops.mul(m, m.double()).dtype == torch.float64  # promoted, as aten does

@@ -58,10 +58,17 @@ constexpr std::string_view dtype_name(DType t) { return dtype_info(t).name; }
 // error messages about types core does not know.
 inline std::string python_dtype_name(std::string_view enum_name) {
   static constexpr std::string_view kRenamed[][2] = {
-      {"Byte", "uint8"},     {"Char", "int8"},       {"Short", "int16"},
-      {"Int", "int32"},      {"Long", "int64"},      {"Half", "float16"},
-      {"Float", "float32"},  {"Double", "float64"},  {"ComplexHalf", "complex32"},
-      {"ComplexFloat", "complex64"}, {"ComplexDouble", "complex128"},
+      {"Byte", "uint8"},
+      {"Char", "int8"},
+      {"Short", "int16"},
+      {"Int", "int32"},
+      {"Long", "int64"},
+      {"Half", "float16"},
+      {"Float", "float32"},
+      {"Double", "float64"},
+      {"ComplexHalf", "complex32"},
+      {"ComplexFloat", "complex64"},
+      {"ComplexDouble", "complex128"},
   };
   for (const auto& r : kRenamed)
     if (r[0] == enum_name) return std::string(r[1]);

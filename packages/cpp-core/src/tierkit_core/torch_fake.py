@@ -42,10 +42,10 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
         def fake(*args: Any) -> Any:
             tensors = args[: len(names)]
             for t, name in zip(tensors[1:], names[1:]):
-                torch._check(
-                    t.device == tensors[0].device,
-                    lambda: f"{op}: {name}: expected device {tensors[0].device} (same as {names[0]}), got {t.device}",
-                )
+                if t.device != tensors[0].device:
+                    raise RuntimeError(
+                        f"{op}: {name}: expected device {tensors[0].device} (same as {names[0]}), got {t.device}"
+                    )
             dtype = torch.result_type(*tensors) if len(tensors) > 1 else tensors[0].dtype
             if float_scalar and not (dtype.is_floating_point or dtype.is_complex):
                 dtype = torch.get_default_dtype()  # a Python float promotes integer tensors
@@ -95,7 +95,9 @@ def apply_out_rules(torch: Any, op: str, out: Any, result: Any, resize: bool = T
     )
     torch._check(
         torch.can_cast(result.dtype, out.dtype),
-        lambda: f"{op}: out: expected a dtype the result ({_name(result.dtype)}) can be cast to, got {_name(out.dtype)}",
+        lambda: (
+            f"{op}: out: expected a dtype the result ({_name(result.dtype)}) can be cast to, got {_name(out.dtype)}"
+        ),
     )
     if out.shape != result.shape:
         torch._check(

@@ -8,8 +8,8 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
-#include <ATen/native/TypeProperties.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
@@ -149,8 +149,7 @@ std::vector<int64_t> broadcast_shape(const char* op, const std::array<const at::
       const int64_t x = k < rank - shape.size() ? 1 : shape[k - (rank - shape.size())];
       const int64_t y = k < rank - sizes.size() ? 1 : sizes[k - (rank - sizes.size())];
       TORCH_CHECK(x == y || x == 1 || y == 1, op, ": ", names[i], ": expected a shape that broadcasts with ",
-                  c10::IntArrayRef(shape), " (", names[0], i > 1 ? " and the others" : "", "), got ",
-                  sizes);
+                  c10::IntArrayRef(shape), " (", names[0], i > 1 ? " and the others" : "", "), got ", sizes);
       joined[k] = x == 1 ? y : x;
     }
     shape = std::move(joined);
@@ -172,7 +171,8 @@ c10::ScalarType result_dtype(const char* op, const std::array<const at::Tensor*,
     while (bad + 1 < N && accepted(in[bad]->scalar_type())) ++bad;
     const bool bad_is_accepted = accepted(in[bad]->scalar_type());
     core_check(op, [&] {
-      tierkit::checks::unknown_dtype(names[bad], bad_is_accepted ? dtype_name(dtype) : dtype_name(in[bad]->scalar_type()));
+      tierkit::checks::unknown_dtype(
+          names[bad], bad_is_accepted ? dtype_name(dtype) : dtype_name(in[bad]->scalar_type()));
     });
   }
   return dtype;
@@ -188,9 +188,10 @@ inline void prepare_out_for(const char* op, const at::Tensor& out, c10::ScalarTy
   check_defined(op, out, "out");
   // aten's own words: its ADInplaceOrView kernels refuse this; a custom op's
   // out= is reached with none on the way.
-  TORCH_CHECK(!out.is_inference() || c10::InferenceMode::is_enabled(), op,
-              ": out: Inplace update to inference tensor outside InferenceMode is not allowed. You can make a "
-              "clone to get a normal tensor before doing inplace update.");
+  TORCH_CHECK(
+      !out.is_inference() || c10::InferenceMode::is_enabled(), op,
+      ": out: Inplace update to inference tensor outside InferenceMode is not allowed. You can make a "
+      "clone to get a normal tensor before doing inplace update.");
   TORCH_CHECK(out.device() == device, op, ": out: expected device ", device, " (the inputs'), got ",
               out.device());
   TORCH_CHECK(c10::canCast(dtype, out.scalar_type()), op, ": out: expected a dtype the result (",
@@ -218,8 +219,8 @@ at::Tensor aten_result(const Inputs& in, c10::ScalarType dtype) {
 // op also takes a Python float. Device checks are the first input's.
 template <std::size_t N>
 Pointwise<N> resolve_pointwise(const char* op, const std::array<const at::Tensor*, N>& in,
-                               const std::array<const char*, N>& names, bool float_scalar, const at::Tensor* out,
-                               c10::DeviceType device, bool resize_out = true) {
+                               const std::array<const char*, N>& names, bool float_scalar,
+                               const at::Tensor* out, c10::DeviceType device, bool resize_out = true) {
   for (std::size_t i = 0; i < N; ++i) check_defined(op, *in[i], names[i]);
   TORCH_CHECK(in[0]->device().type() == device, op, ": ", names[0], ": expected a ",
               c10::DeviceTypeName(device, true), " tensor, got one on ", in[0]->device());
@@ -233,8 +234,9 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const at::Tensor
   for (std::size_t i = 0; i < N; ++i) p.in[i] = in[i]->to(dtype).expand(shape);
   if (out) {
     prepare_out_for(op, *out, dtype, c10::fromIntArrayRefSlow(shape), in[0]->device(), resize_out);
-    TORCH_CHECK(at::has_internal_overlap(*out) != at::MemOverlap::Yes, op,
-                ": out: has internal overlap (e.g. an expanded tensor), so several elements share one address");
+    TORCH_CHECK(
+        at::has_internal_overlap(*out) != at::MemOverlap::Yes, op,
+        ": out: has internal overlap (e.g. an expanded tensor), so several elements share one address");
     for (std::size_t i = 0; i < N; ++i) {
       TORCH_CHECK(at::get_overlap_status(*out, *in[i]) != at::MemOverlapStatus::Partial, op,
                   ": out: partially overlaps ", names[i], "; only an exact alias (in place) is allowed");

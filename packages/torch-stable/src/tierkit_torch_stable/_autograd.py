@@ -100,7 +100,9 @@ def _scaled(t: Any, by: Any) -> Any:
 
 FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
     "custom_add": (
-        _function("custom_add", 2, lambda g, a, b: (g, g), lambda t, a, b: _sum_tangents(t[0], t[1]), saves=False),
+        _function(
+            "custom_add", 2, lambda g, a, b: (g, g), lambda t, a, b: _sum_tangents(t[0], t[1]), saves=False
+        ),
         2,
     ),
     "mul": (
