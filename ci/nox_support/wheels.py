@@ -213,7 +213,9 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def install_dist_wheels(session: nox.Session, env_py: str, wheels: list[Path], pip_env: dict | None = None) -> None:
+def install_dist_wheels(
+    session: nox.Session, env_py: str, wheels: list[Path], pip_env: dict | None = None
+) -> None:
     """`wheels`, these very files (a tier's and the tiers it needs), into
     another env, replacing what an earlier run left there (the same version
     number with older code); only this repository's wheels, never an index

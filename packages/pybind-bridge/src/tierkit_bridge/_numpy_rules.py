@@ -146,6 +146,7 @@ def _numpy_call(
         return out
     res = fn(*ready, *scalars)
     if masks:
+        assert ma is not None  # a mask was found, so numpy.ma is loaded
         mask = masks[0] if len(masks) == 1 else np.logical_or(*masks)
         return ma.MaskedArray(res, mask=np.broadcast_to(mask, shape).copy())
     if res.ndim == 0:

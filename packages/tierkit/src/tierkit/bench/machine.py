@@ -18,7 +18,7 @@ def cpu_model() -> str:
 
 
 def info() -> dict:
-    data = {
+    data: dict[str, object] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
