@@ -287,3 +287,18 @@ TEST(Kernels, CustomRunnerDecidesTheSplit) {
   EXPECT_EQ(chunks.size(), 5u);
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], 3.0f * x[i] + 0.5f);
 }
+
+TEST(Checks, BroadcastShapeIsNumpysRule) {
+  using tierkit::checks::broadcast_shape;
+  using V = std::vector<std::int64_t>;
+  EXPECT_EQ(broadcast_shape("b", V{3, 1}, "a", V{1, 4}), (V{3, 4}));
+  EXPECT_EQ(broadcast_shape("b", V{}, "a", V{5}), (V{5}));
+  EXPECT_EQ(broadcast_shape("b", V{2, 3, 4}, "a", V{4}), (V{2, 3, 4}));
+  EXPECT_EQ(broadcast_shape("b", V{0, 3}, "a", V{1, 3}), (V{0, 3}));
+  try {
+    broadcast_shape("b", V{3}, "a", V{4});
+    FAIL();
+  } catch (const tierkit::InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "b: expected a shape that broadcasts with [3] (a), got [4]");
+  }
+}

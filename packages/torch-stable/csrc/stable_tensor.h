@@ -258,18 +258,10 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const Tensor*, N
   // shape
   std::vector<std::int64_t> shape = sizes_of(*in[0]);
   for (std::size_t i = 1; i < N; ++i) {
-    const auto sizes = sizes_of(*in[i]);
-    const std::size_t rank = std::max(shape.size(), sizes.size());
-    std::vector<std::int64_t> joined(rank);
-    for (std::size_t k = 0; k < rank; ++k) {
-      const std::int64_t x = k < rank - shape.size() ? 1 : shape[k - (rank - shape.size())];
-      const std::int64_t y = k < rank - sizes.size() ? 1 : sizes[k - (rank - sizes.size())];
-      if (!(x == y || x == 1 || y == 1))
-        fail(op, std::string(names[i]) + ": expected a shape that broadcasts with " + shape_list(shape) +
-                     " (" + names[0] + (i > 1 ? " and the others" : "") + "), got " + shape_list(sizes));
-      joined[k] = x == 1 ? y : x;
-    }
-    shape = std::move(joined);
+    const std::string ref = std::string(names[0]) + (i > 1 ? " and the others" : "");
+    core_check(op, [&] {
+      shape = tierkit::checks::broadcast_shape(names[i], shape, ref.c_str(), sizes_of(*in[i]));
+    });
   }
   Pointwise<N> p;
   const torch::headeronly::IntHeaderOnlyArrayRef shape_ref(shape.data(), shape.size());

@@ -50,6 +50,29 @@ void same_shape(const char* name, const Sizes& got, const char* ref_name, const 
   }
 }
 
+// The shape `shape` (of `ref_name`: the operands so far) and `sizes` (of
+// `name`) broadcast to, by numpy's and aten's rule (dims aligned from the
+// right; each pair equal or one of them 1); else "b: expected a shape that
+// broadcasts with [3] (a), got [4]".
+template <typename Sizes>
+std::vector<std::int64_t> broadcast_shape(const char* name, const std::vector<std::int64_t>& shape,
+                                          const char* ref_name, const Sizes& sizes,
+                                          ShapeStyle style = ShapeStyle::List) {
+  const std::size_t n = static_cast<std::size_t>(sizes.size());
+  const std::size_t rank = std::max(shape.size(), n);
+  std::vector<std::int64_t> joined(rank);
+  for (std::size_t k = 0; k < rank; ++k) {
+    const std::int64_t x = k < rank - shape.size() ? 1 : shape[k - (rank - shape.size())];
+    const std::int64_t y = k < rank - n ? 1 : static_cast<std::int64_t>(sizes[k - (rank - n)]);
+    if (x != y && x != 1 && y != 1) {
+      fail(name, ": expected a shape that broadcasts with ", shape_str(shape, style), " (", ref_name,
+           "), got ", shape_str(sizes, style));
+    }
+    joined[k] = x == 1 ? y : x;
+  }
+  return joined;
+}
+
 // The byte range [lo, hi) a view can touch; empty views touch nothing.
 struct Span {
   const char* lo = nullptr;

@@ -142,17 +142,9 @@ std::vector<int64_t> broadcast_shape(const char* op, const std::array<const at::
                                      const std::array<const char*, N>& names) {
   std::vector<int64_t> shape(in[0]->sizes().begin(), in[0]->sizes().end());
   for (std::size_t i = 1; i < N; ++i) {
-    const auto sizes = in[i]->sizes();
-    const std::size_t rank = std::max(shape.size(), sizes.size());
-    std::vector<int64_t> joined(rank);
-    for (std::size_t k = 0; k < rank; ++k) {
-      const int64_t x = k < rank - shape.size() ? 1 : shape[k - (rank - shape.size())];
-      const int64_t y = k < rank - sizes.size() ? 1 : sizes[k - (rank - sizes.size())];
-      TORCH_CHECK(x == y || x == 1 || y == 1, op, ": ", names[i], ": expected a shape that broadcasts with ",
-                  c10::IntArrayRef(shape), " (", names[0], i > 1 ? " and the others" : "", "), got ", sizes);
-      joined[k] = x == 1 ? y : x;
-    }
-    shape = std::move(joined);
+    const std::string ref = std::string(names[0]) + (i > 1 ? " and the others" : "");
+    core_check(
+        op, [&] { shape = tierkit::checks::broadcast_shape(names[i], shape, ref.c_str(), in[i]->sizes()); });
   }
   return shape;
 }
