@@ -117,7 +117,7 @@ RUN_BY = {
     ),
     ("packages/torch-stable/README.md", "pip install setuptools wheel"): (
         "tests-stable",
-        "tests-stable builds this wheel (from its sdist) and runs the same suite under two torches",
+        "tests-stable builds this wheel (from its sdist) and runs the same suite under three torches (2.13.0, 2.14.1, 2.15.0)",
     ),
 }
 
