@@ -70,6 +70,11 @@ def test_no_leak(family, n, times, record_property):
     tb.allocator.release_cached()
     in_use = tb.allocator.stats()["bytes_in_use"]
     growth = soak(calls, times)
+    if growth > MiB:
+        # A leak grows with every call; growth that happens once (an arena or a
+        # lazily built cache reaching its size; seen once in CI: 1.12 MiB over
+        # 1e6 calls, 0 on the rerun) does not repeat over a second soak.
+        growth = soak(calls, times)
     record_property("rss_growth_bytes", growth)
     print(f"\n{family} n={n} x{times}: RSS growth {growth / MiB:.3f} MiB")
     assert growth <= MiB, f"RSS grew {growth / MiB:.2f} MiB over {times} calls of each op"
