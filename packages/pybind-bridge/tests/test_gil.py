@@ -5,6 +5,7 @@ timings) with generous margins; the pool is limited to the calling thread so
 the only parallelism is the one the GIL release allows.
 """
 
+import os
 import threading
 import time
 
@@ -58,12 +59,18 @@ def test_python_thread_progresses_during_a_native_call(single_threaded_kernels):
     assert rate_during > 0.25 * solo_rate, (rate_during, solo_rate)
 
 
-def test_two_threads_overlap_large_calls(single_threaded_kernels):
-    # Strided float16 (every other column): the kernel walks strides and
-    # converts every element through float in scalar code, so the loop is
-    # bound by the core (a few ns/element), not by the shared DRAM bandwidth
-    # (contiguous float16 is vectorized, F16C, and would be), and each call
-    # lasts ~1 ms so GIL hand-offs are noise.
+def test_two_threads_run_native_calls_at_once(single_threaded_kernels):
+    # Asserted on CPU time, not on speed-up: two threads whose calls release
+    # the GIL are on two CPUs at once, so the process burns about 2 s of CPU
+    # per second of wall clock; a held GIL parks the other thread on a
+    # condition variable (no spinning), about 1 s per second. Speed-up would
+    # also depend on the host: CI machines of this kind have given 1.15x for
+    # two threads on what lscpu calls two cores (shared execution units or a
+    # busy neighbour), while their CPU time still doubled.
+    # Strided float16 keeps each call ~1 ms of scalar work, so GIL hand-offs
+    # between calls are noise.
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to run two threads at once")
     a = np.random.default_rng(0).standard_normal((1024, 512)).astype(np.float16)[:, ::2]
     outs = [np.empty((1024, 512), np.float16)[:, ::2], np.empty((1024, 512), np.float16)[:, ::2]]
     reps = 60
@@ -72,31 +79,25 @@ def test_two_threads_overlap_large_calls(single_threaded_kernels):
         for _ in range(reps):
             tb.muladd(a, a, 1.0, out=outs[i])
 
-    def serial_then_parallel():
-        t0 = time.perf_counter()
-        work(0)
-        work(1)
-        serial = time.perf_counter() - t0
+    def cpu_per_wall():
         threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-        t0 = time.perf_counter()
+        wall0, cpu0 = time.perf_counter(), time.process_time()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return serial, time.perf_counter() - t0
+        return (time.process_time() - cpu0) / (time.perf_counter() - wall0)
 
     work(0)  # warm
-    # A held GIL can never make the threaded run beat 0.8x serial, so the best
-    # of a few interleaved trials cannot pass falsely; it only rides out
-    # moments when the other core is taken by something else on the host.
-    trials = []
+    # A held GIL cannot lift the ratio much above 1, so the best of a few
+    # trials cannot pass falsely; the retries ride out moments when the other
+    # CPU is taken by something else on the host.
+    ratios = []
     for _ in range(4):
-        serial, parallel = serial_then_parallel()
-        trials.append((parallel / serial, parallel, serial))
-        if parallel < 0.8 * serial:
+        ratios.append(cpu_per_wall())
+        if ratios[-1] > 1.5:
             break
     expected = (a.astype(np.float32) * a.astype(np.float32) + 1.0).astype(np.float16)
     np.testing.assert_array_equal(outs[0], expected)
     np.testing.assert_array_equal(outs[1], expected)
-    best = min(trials)
-    assert best[0] < 0.8, f"two threads took {best[1]:.3f}s vs {best[2]:.3f}s serially (all trials: {trials})"
+    assert max(ratios) > 1.5, f"CPU seconds per wall second with two threads: {ratios}"
