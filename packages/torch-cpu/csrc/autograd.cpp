@@ -10,15 +10,20 @@
 // nodes get aten-style names (MulBackward0, which users see in grad_fn and
 // error messages), and Function::apply has no forward AD in C++ at all.
 //
-// Backward and tangent formulas call the tierkit ops through the
-// dispatcher, so they are differentiable themselves: double backward,
+// One node type and one kernel template serve every op of the op table:
+// the derivative formulas are the table's (tierkit/op_table.h, written with
+// aten's ops), so they are differentiable themselves: double backward,
 // jacfwd, hessian (forward-over-reverse) all compose.
 //
 // out= overloads and add_out are not differentiable (like aten's): they
 // refuse inputs that need a gradient or carry a tangent, bump `out`'s
 // version counter and redispatch.
 #include <ATen/ExpandUtils.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/sigmoid.h>
+#include <ATen/ops/silu.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/function.h>
@@ -26,6 +31,12 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
+#include "tierkit/op_table.h"
+#include "tierkit_torch/op_signatures.h"
+
+#include <array>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,37 +47,17 @@ using torch::autograd::Node;
 using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
 
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> op(const char* name, const char* overload = "") {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).typed<Sig>();
-}
-
-using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
-using Unary2 = at::Tensor(const at::Tensor&, double, double);
-using Binary1 = at::Tensor(const at::Tensor&, const at::Tensor&, double);
-
-// Calls through the full dispatcher (autograd included): backward and
-// tangent formulas use them, so they are differentiable in turn.
-at::Tensor call_add(const at::Tensor& a, const at::Tensor& b) {
-  static const auto h = op<Binary>("tierkit::custom_add");
-  return h.call(a, b);
-}
-at::Tensor call_mul(const at::Tensor& a, const at::Tensor& b) {
-  static const auto h = op<Binary>("tierkit::mul");
-  return h.call(a, b);
-}
-at::Tensor call_scale_shift(const at::Tensor& x, double alpha, double beta) {
-  static const auto h = op<Unary2>("tierkit::scale_shift");
-  return h.call(x, alpha, beta);
-}
-
 // ---- when is there work beyond the kernel --------------------------------
 
 bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 
 // A backward graph is needed: grad mode on and some input requires grad.
-bool needs_graph(const at::Tensor& a, const at::Tensor* b = nullptr) {
-  return c10::GradMode::is_enabled() && (requires_grad(a) || (b && requires_grad(*b)));
+template <std::size_t N>
+bool needs_graph(const std::array<const at::Tensor*, N>& in) {
+  if (!c10::GradMode::is_enabled()) return false;
+  for (const at::Tensor* t : in)
+    if (requires_grad(*t)) return true;
+  return false;
 }
 
 // The input's forward-mode tangent at level 0 (torch.func.jvp, forward_ad,
@@ -120,123 +111,109 @@ struct InputMeta {
   }
 };
 
-struct CustomAddBackward0 : Node {
-  InputMeta a_, b_;
-  std::string name() const override { return "CustomAddBackward0"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return undefined_grads(*this);
-    return {should_compute_output(0) ? a_.reduce(grads[0]) : at::Tensor(),
-            should_compute_output(1) ? b_.reduce(grads[0]) : at::Tensor()};
-  }
-};
-
-// d(a * b) (and d(a * b + c)): grad * b for a, grad * a for b.
-struct ProductBackward : Node {
-  SavedVariable a_, b_;
-  InputMeta a_meta, b_meta;
+// The backward node of an op of the op table: saves the inputs its
+// derivatives read (Info::saved), every input's shape and dtype, and the
+// float arguments; named like aten's (MulBackward0).
+template <typename Info>
+struct PointwiseBackward : Node {
+  static constexpr std::size_t N = kTensors<Info>;
+  std::array<SavedVariable, N> saved;
+  std::array<InputMeta, N> meta;
+  ScalarArgs<Info> scalars{};
+  std::string name() const override { return Info::node_name; }
   void release_variables() override {
-    a_.reset_data();
-    b_.reset_data();
+    for (auto& v : saved) v.reset_data();
   }
   variable_list apply(variable_list&& grads) override {
     const at::Tensor& g = grads[0];
     if (!g.defined()) return undefined_grads(*this);
-    variable_list out{should_compute_output(0) ? a_meta.reduce(call_mul(g, b_.unpack())) : at::Tensor(),
-                      should_compute_output(1) ? b_meta.reduce(call_mul(g, a_.unpack())) : at::Tensor()};
+    std::array<at::Tensor, N> in;
+    for (std::size_t i = 0; i < N; ++i)
+      if (Info::saved[i]) in[i] = saved[i].unpack();
+    variable_list out(N);
+    for (std::size_t i = 0; i < N; ++i) {
+      if (Info::differentiable[i] && should_compute_output(i))
+        out[i] = meta[i].reduce(Info::gradient(i, g, in, scalars));
+    }
     return out;
   }
 };
-struct MulBackward0 : ProductBackward {
-  std::string name() const override { return "MulBackward0"; }
-};
-struct MulAddBackward0 : ProductBackward {
-  std::string name() const override { return "MulAddBackward0"; }
-};
 
-struct ScaleShiftBackward0 : Node {
-  double alpha = 1.0;
-  std::string name() const override { return "ScaleShiftBackward0"; }
-  variable_list apply(variable_list&& grads) override {
-    if (!grads[0].defined()) return undefined_grads(*this);
-    return {should_compute_output(0) ? call_scale_shift(grads[0], alpha, 0.0) : at::Tensor()};
+// The output's tangent: each input's tangent through its derivative
+// (auto_element_wise), summed, then spanning the output's shape and dtype.
+template <typename Info>
+at::Tensor output_tangent(const TensorArgs<Info>& in, const ScalarArgs<Info>& s, const at::Tensor& out) {
+  constexpr std::size_t N = kTensors<Info>;
+  at::Tensor total;
+  std::array<at::Tensor, N> primals;
+  bool any = false;
+  for (std::size_t i = 0; i < N; ++i) any = any || tangent(*in[i]).defined();
+  if (!any) return total;
+  for (std::size_t i = 0; i < N; ++i) primals[i] = primal(*in[i]);
+  for (std::size_t i = 0; i < N; ++i) {
+    const at::Tensor& t = tangent(*in[i]);
+    if (!t.defined() || !Info::differentiable[i]) continue;
+    at::Tensor term = Info::gradient(i, t, primals, s);
+    total = total.defined() ? total + term : term;
   }
-};
+  if (!total.defined()) return total;
+  // A tangent passed through unchanged (d(a + b)/da = 1) must not be the
+  // input's own tensor; a broadcast or promoted one spans the output.
+  const bool same = !total.sym_sizes().equals(out.sym_sizes()) || total.scalar_type() != out.scalar_type();
+  bool aliased = false;
+  for (std::size_t i = 0; i < N; ++i) aliased = aliased || total.is_same(tangent(*in[i]));
+  if (same)
+    total = total.expand_symint(out.sym_sizes()).to(out.scalar_type()).clone();
+  else if (aliased)
+    total = total.clone();
+  return total;
+}
 
 // ---- the Autograd kernels ----------------------------------------------------
 
-at::Tensor custom_add_autograd(const at::Tensor& a, const at::Tensor& b) {
-  static const auto h = op<Binary>("tierkit::custom_add");
-  c10::intrusive_ptr<CustomAddBackward0> node;
-  if (needs_graph(a, &b)) {
-    node = make_node<CustomAddBackward0>(torch::autograd::collect_next_edges(a, b));
-    node->a_ = InputMeta::of(a);
-    node->b_ = InputMeta::of(b);
-  }
-  at::Tensor out = below_autograd([&] { return h.call(a, b); });
-  if (node) torch::autograd::set_history(out, node);
-  const at::Tensor &ta = tangent(a), &tb = tangent(b);
-  if (ta.defined() && tb.defined()) {
-    set_tangent(out, call_add(ta, tb));
-  } else if (ta.defined() || tb.defined()) {  // the one tangent, broadcast and promoted like the output
-    const at::Tensor& t = ta.defined() ? ta : tb;
-    const at::Tensor wide = t.sym_sizes().equals(out.sym_sizes()) ? t : t.expand_symint(out.sym_sizes());
-    set_tangent(out, wide.to(out.scalar_type()).clone());
-  }
-  return out;
-}
+template <typename OpInfo>
+struct AutogradPointwise {
+  using Info = OpInfo;
+  static constexpr std::size_t N = kTensors<Info>;
 
-// a * b (+ c): the same node shape and tangent ta * b + a * tb.
-template <typename N, typename Call>
-at::Tensor product_autograd(const at::Tensor& a, const at::Tensor& b, const Call& call) {
-  c10::intrusive_ptr<N> node;
-  if (needs_graph(a, &b)) {
-    node = make_node<N>(torch::autograd::collect_next_edges(a, b));
-    node->a_ = SavedVariable(a, /*is_output=*/false);
-    node->b_ = SavedVariable(b, /*is_output=*/false);
-    node->a_meta = InputMeta::of(a);
-    node->b_meta = InputMeta::of(b);
+  // The op's functional kernel below autograd, called boxed whatever its arity.
+  static at::Tensor call_below(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {
+    static const c10::OperatorHandle h =
+        c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name<Info>(false), "");
+    at::AutoDispatchBelowADInplaceOrView below;
+    torch::jit::Stack stack;
+    for (const at::Tensor* t : in) stack.emplace_back(*t);
+    for (double x : s) stack.emplace_back(x);
+    h.callBoxed(stack);
+    return stack.back().toTensor();
   }
-  at::Tensor out = below_autograd(call);
-  if (node) torch::autograd::set_history(out, node);
-  const at::Tensor &ta = tangent(a), &tb = tangent(b);
-  if (ta.defined() || tb.defined()) {
-    at::Tensor t = ta.defined() ? call_mul(ta, primal(b)) : at::Tensor();
-    if (tb.defined()) {
-      at::Tensor u = call_mul(primal(a), tb);
-      t = t.defined() ? call_add(t, u) : u;
+
+  static at::Tensor functional(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {
+    c10::intrusive_ptr<PointwiseBackward<Info>> node;
+    if (needs_graph(in)) {
+      torch::autograd::edge_list edges;
+      for (const at::Tensor* t : in) edges.push_back(torch::autograd::impl::gradient_edge(*t));
+      node = make_node<PointwiseBackward<Info>>(std::move(edges));
+      for (std::size_t i = 0; i < N; ++i) {
+        if (Info::saved[i]) node->saved[i] = SavedVariable(*in[i], /*is_output=*/false);
+        node->meta[i] = InputMeta::of(*in[i]);
+      }
+      node->scalars = s;
     }
-    set_tangent(out, t);
+    at::Tensor out = call_below(in, s);
+    if (node) torch::autograd::set_history(out, node);
+    set_tangent(out, output_tangent<Info>(in, s, out));
+    return out;
   }
-  return out;
-}
 
-at::Tensor mul_autograd(const at::Tensor& a, const at::Tensor& b) {
-  static const auto h = op<Binary>("tierkit::mul");
-  return product_autograd<MulBackward0>(a, b, [&] { return h.call(a, b); });
-}
-
-at::Tensor muladd_autograd(const at::Tensor& a, const at::Tensor& b, double c) {
-  static const auto h = op<Binary1>("tierkit::muladd");
-  return product_autograd<MulAddBackward0>(a, b, [&] { return h.call(a, b, c); });
-}
-
-at::Tensor scale_shift_autograd(const at::Tensor& x, double alpha, double beta) {
-  static const auto h = op<Unary2>("tierkit::scale_shift");
-  c10::intrusive_ptr<ScaleShiftBackward0> node;
-  if (needs_graph(x)) {
-    node = make_node<ScaleShiftBackward0>(torch::autograd::collect_next_edges(x));
-    node->alpha = alpha;
-  }
-  at::Tensor out = below_autograd([&] { return h.call(x, alpha, beta); });
-  if (node) torch::autograd::set_history(out, node);
-  const at::Tensor& tx = tangent(x);
-  if (tx.defined()) set_tangent(out, call_scale_shift(tx, alpha, 0.0));
-  return out;
-}
+  // out= overloads and writers: not differentiable.
+  static at::Tensor& out(const TensorArgs<Info>& in, const ScalarArgs<Info>& s, at::Tensor& out,
+                         const char* op, bool resize);
+};
 
 // ---- writers: not differentiable ---------------------------------------------
 
-void refuse_autodiff(const char* op, std::initializer_list<const at::Tensor*> tensors) {
+void refuse_autodiff(const char* op, const std::vector<const at::Tensor*>& tensors) {
   for (const at::Tensor* t : tensors) {
     TORCH_CHECK(!(c10::GradMode::is_enabled() && requires_grad(*t)), op,
                 ": writes into `out` and does not support automatic differentiation (an argument requires "
@@ -258,55 +235,57 @@ void write_out(const at::Tensor& out, const F& call) {
   if (out.defined()) out.unsafeGetTensorImpl()->bump_version();
 }
 
-at::Tensor& add_out_autograd(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  refuse_autodiff("tierkit::add_out", {&a, &b, &out});
-  static const auto h =
-      op<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>("tierkit::add_out");
-  write_out(out, [&] { h.call(a, b, out); });
+// The operator named `op` ("tierkit::name.out" or a writer's
+// "tierkit::name"), looked up once: `op` is one of the static names of
+// op_signatures.h, so its address identifies it.
+inline const c10::OperatorHandle& handle_of(const char* op) {
+  static std::mutex mutex;
+  static std::vector<std::pair<const char*, std::unique_ptr<c10::OperatorHandle>>> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& [name, handle] : known)
+    if (name == op) return *handle;
+  const std::string qualified(op);
+  const auto dot = qualified.find('.');
+  known.emplace_back(op, std::make_unique<c10::OperatorHandle>(c10::Dispatcher::singleton().findSchemaOrThrow(
+                             qualified.substr(0, dot).c_str(),
+                             dot == std::string::npos ? "" : qualified.substr(dot + 1).c_str())));
+  return *known.back().second;
+}
+
+template <typename OpInfo>
+at::Tensor& AutogradPointwise<OpInfo>::out(const TensorArgs<Info>& in, const ScalarArgs<Info>& s,
+                                           at::Tensor& out, const char* op,
+                                           bool /*resize: the kernel's to apply*/) {
+  std::vector<const at::Tensor*> all(in.begin(), in.end());
+  all.push_back(&out);
+  refuse_autodiff(op, all);
+  const c10::OperatorHandle& h = handle_of(op);
+  write_out(out, [&] {
+    torch::jit::Stack stack;
+    for (const at::Tensor* t : in) stack.emplace_back(*t);
+    for (double x : s) stack.emplace_back(x);
+    stack.emplace_back(out);
+    h.callBoxed(stack);
+  });
   return out;
 }
 
-using BinaryOut = at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&);
-
-at::Tensor& custom_add_out_autograd(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  refuse_autodiff("tierkit::custom_add.out", {&a, &b, &out});
-  static const auto h = op<BinaryOut>("tierkit::custom_add", "out");
-  write_out(out, [&] { h.call(a, b, out); });
-  return out;
-}
-at::Tensor& mul_out_autograd(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  refuse_autodiff("tierkit::mul.out", {&a, &b, &out});
-  static const auto h = op<BinaryOut>("tierkit::mul", "out");
-  write_out(out, [&] { h.call(a, b, out); });
-  return out;
-}
-at::Tensor& scale_shift_out_autograd(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
-  refuse_autodiff("tierkit::scale_shift.out", {&x, &out});
-  static const auto h =
-      op<at::Tensor&(const at::Tensor&, double, double, at::Tensor&)>("tierkit::scale_shift", "out");
-  write_out(out, [&] { h.call(x, alpha, beta, out); });
-  return out;
-}
-at::Tensor& muladd_out_autograd(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
-  refuse_autodiff("tierkit::muladd.out", {&a, &b, &out});
-  static const auto h =
-      op<at::Tensor&(const at::Tensor&, const at::Tensor&, double, at::Tensor&)>("tierkit::muladd", "out");
-  write_out(out, [&] { h.call(a, b, c, out); });
-  return out;
-}
+#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit::" #name;
+TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
+#undef TIERKIT_WRITER_NAME
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, Autograd, m) {
-  m.impl("custom_add", &custom_add_autograd);
-  m.impl("mul", &mul_autograd);
-  m.impl("muladd", &muladd_autograd);
-  m.impl("scale_shift", &scale_shift_autograd);
-  m.impl("add_out", &add_out_autograd);
-  m.impl("custom_add.out", &custom_add_out_autograd);
-  m.impl("mul.out", &mul_out_autograd);
-  m.impl("scale_shift.out", &scale_shift_out_autograd);
-  m.impl("muladd.out", &muladd_out_autograd);
+#define TIERKIT_AUTOGRAD(name, Functor, n_tensors, n_scalars)                        \
+  m.impl(#name, &Signatures<AutogradPointwise<tierkit::op_info::name>>::functional); \
+  m.impl(#name ".out", &Signatures<AutogradPointwise<tierkit::op_info::name>>::out);
+  TIERKIT_POINTWISE_OPS(TIERKIT_AUTOGRAD)
+#undef TIERKIT_AUTOGRAD
+#define TIERKIT_AUTOGRAD_WRITER(name, of, Functor) \
+  m.impl(#name, &Signatures<AutogradPointwise<tierkit::op_info::of>>::writer<k_##name>);
+  TIERKIT_OUT_WRITERS(TIERKIT_AUTOGRAD_WRITER)
+#undef TIERKIT_AUTOGRAD_WRITER
 }
 
 }  // namespace tierkit_torch

@@ -6,60 +6,59 @@
 // into the functional op plus a copy it knows how to handle.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include "tierkit/op_table.h"
 #include "tierkit_torch/checks.h"
+#include "tierkit_torch/op_signatures.h"
 
 namespace tierkit_torch {
 namespace {
 
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> functional(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
-
-using Binary = at::Tensor(const at::Tensor&, const at::Tensor&);
-
 // aten's out= rules against the functional result (its dtype, broadcast
 // shape and device), then a copy that casts like aten's.
-at::Tensor& copy_into(const char* op, at::Tensor& out, const at::Tensor& result, bool resize = true) {
+at::Tensor& copy_into(const char* op, at::Tensor& out, const at::Tensor& result, bool resize) {
   prepare_out_for(op, out, result.scalar_type(), result.sym_sizes(), result.device(), resize);
   out.copy_(result);
   return out;
 }
 
-at::Tensor& custom_add_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  static const auto h = functional<Binary>("tierkit::custom_add");
-  return copy_into("tierkit::custom_add.out", out, h.call(a, b));
-}
-at::Tensor& mul_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  static const auto h = functional<Binary>("tierkit::mul");
-  return copy_into("tierkit::mul.out", out, h.call(a, b));
-}
-at::Tensor& scale_shift_out(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
-  static const auto h = functional<at::Tensor(const at::Tensor&, double, double)>("tierkit::scale_shift");
-  return copy_into("tierkit::scale_shift.out", out, h.call(x, alpha, beta));
-}
-at::Tensor& muladd_out(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
-  static const auto h =
-      functional<at::Tensor(const at::Tensor&, const at::Tensor&, double)>("tierkit::muladd");
-  return copy_into("tierkit::muladd.out", out, h.call(a, b, c));
-}
+// Boxed: the functional op is called through the dispatcher by name, with
+// the .out call's arguments minus `out`, whatever the op's arity.
+template <typename OpInfo>
+struct Composite {
+  using Info = OpInfo;
+  static at::Tensor call_functional(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {
+    static const c10::OperatorHandle h =
+        c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name<Info>(false), "");
+    torch::jit::Stack stack;
+    for (const at::Tensor* t : in) stack.emplace_back(*t);
+    for (double x : s) stack.emplace_back(x);
+    h.callBoxed(stack);
+    return stack.back().toTensor();
+  }
+  static at::Tensor& out(const TensorArgs<Info>& in, const ScalarArgs<Info>& s, at::Tensor& out,
+                         const char* op, bool resize) {
+    return copy_into(op, out, call_functional(in, s), resize);
+  }
+};
 
-// add_out never resizes: `out` must already have the result's shape.
-at::Tensor& add_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  static const auto h = functional<Binary>("tierkit::custom_add");
-  return copy_into("tierkit::add_out", out, h.call(a, b), /*resize=*/false);
-}
+#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit::" #name;
+TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
+#undef TIERKIT_WRITER_NAME
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, CompositeImplicitAutograd, m) {
-  m.impl("add_out", &add_out);
-  m.impl("custom_add.out", &custom_add_out);
-  m.impl("mul.out", &mul_out);
-  m.impl("scale_shift.out", &scale_shift_out);
-  m.impl("muladd.out", &muladd_out);
+#define TIERKIT_COMPOSITE(name, Functor, n_tensors, n_scalars) \
+  m.impl(#name ".out", &Signatures<Composite<tierkit::op_info::name>>::out);
+  TIERKIT_POINTWISE_OPS(TIERKIT_COMPOSITE)
+#undef TIERKIT_COMPOSITE
+#define TIERKIT_COMPOSITE_WRITER(name, of, Functor) \
+  m.impl(#name, &Signatures<Composite<tierkit::op_info::of>>::writer<k_##name>);
+  TIERKIT_OUT_WRITERS(TIERKIT_COMPOSITE_WRITER)
+#undef TIERKIT_COMPOSITE_WRITER
 }
 
 }  // namespace tierkit_torch

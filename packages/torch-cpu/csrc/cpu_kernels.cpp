@@ -1,4 +1,5 @@
-// CPU kernels for every tierkit op: checks, then core's kernels on views of
+// CPU kernels for every op of the op table (tierkit/op_table.h), one
+// template instantiated per entry: checks, then core's kernels on views of
 // the tensors' memory, split by at::parallel_for. Operands that share one
 // dense layout (contiguous, channels_last, transposed...) are seen as flat
 // memory and take core's vectorized loop in one pass; others are walked in
@@ -10,7 +11,9 @@
 #include <tuple>
 
 #include "tierkit/huge_pages.h"
+#include "tierkit/op_table.h"
 #include "tierkit_torch/checks.h"
+#include "tierkit_torch/op_signatures.h"
 #include "view.h"
 
 namespace tierkit_torch {
@@ -18,7 +21,7 @@ namespace {
 
 constexpr auto kCPU = c10::DeviceType::CPU;
 
-at::Tensor fresh_output(std::initializer_list<const at::Tensor*> inputs) {
+at::Tensor fresh_output(c10::ArrayRef<const at::Tensor*> inputs) {
   at::Tensor out = new_output(inputs);
   // Fresh and untouched: for large outputs, page faults cost more than the
   // kernel; huge pages make them 512x fewer (see tierkit/huge_pages.h).
@@ -35,7 +38,7 @@ void run_flat(const std::array<at::Tensor, N>& t, const Kernel& kernel, std::ind
     const std::array<const T*, N - 1> in = {static_cast<const T*>(t[I].const_data_ptr())...};
     T* out = static_cast<T*>(t[N - 1].mutable_data_ptr());
     at::parallel_for(0, n, kAtenGrain,
-                     [&](int64_t lo, int64_t hi) { kernel.flat((in[I] + lo)..., out + lo, hi - lo); });
+                     [&](int64_t lo, int64_t hi) { kernel.flat(out + lo, hi - lo, (in[I] + lo)...); });
   });
 }
 
@@ -55,7 +58,7 @@ void run_views(std::array<at::Tensor, N> t, const Kernel& kernel) {
   const auto each = [&](auto view_of) {
     std::array<tierkit::TensorView, N> v;
     for (std::size_t i = 0; i < N; ++i) v[i] = view_of(t[i]);
-    std::apply([&](const auto&... views) { kernel.views(views...); }, v);
+    kernel.views(v);
   };
   at::Tensor& out = t[N - 1];
   if (out.dim() <= tierkit::kMaxRank) return each(as_view);
@@ -67,146 +70,98 @@ void run_views(std::array<at::Tensor, N> t, const Kernel& kernel) {
   if (!out.is_same(result)) result.copy_(out);
 }
 
-// Each op as core's view kernel and core's pointer loop (run_views picks).
-struct AddKernel {
-  void views(const tierkit::TensorView& a, const tierkit::TensorView& b, const tierkit::TensorView& o) const {
-    tierkit::kernels::add(a, b, o, AtenRunner{});
+template <std::size_t N>
+std::array<at::Tensor, N + 1> with_output(const std::array<at::Tensor, N>& in, const at::Tensor& out) {
+  std::array<at::Tensor, N + 1> all;
+  for (std::size_t i = 0; i < N; ++i) all[i] = in[i];
+  all[N] = out;
+  return all;
+}
+
+// An op's functor F (core's kernels.h) with its float arguments, as core's
+// view kernel and core's pointer loop (run_views picks).
+template <template <typename> class F, std::size_t M>
+struct FunctorKernel {
+  std::array<double, M> scalars;
+  template <std::size_t N>
+  void views(const std::array<tierkit::TensorView, N>& v) const {
+    std::array<const tierkit::TensorView*, N - 1> in;
+    std::array<const char*, N - 1> names;
+    for (std::size_t i = 0; i + 1 < N; ++i) {
+      in[i] = &v[i];
+      names[i] = "input";  // the checks ran on the tensors: core's repeat them and never fail
+    }
+    tierkit::kernels::pointwise<F>(in, names, scalars, v[N - 1], AtenRunner{});
   }
-  template <typename T>
-  void flat(const T* a, const T* b, T* o, int64_t n) const {
-    tierkit::kernels::add(a, b, o, n);
+  template <typename T, typename... In>
+  void flat(T* o, int64_t n, const In*... in) const {
+    tierkit::kernels::map_contiguous(tierkit::kernels::make_functor<F, tierkit::compute_t<T>>(scalars), o, n,
+                                     in...);
   }
 };
-struct MulKernel {
-  void views(const tierkit::TensorView& a, const tierkit::TensorView& b, const tierkit::TensorView& o) const {
-    tierkit::kernels::mul(a, b, o, AtenRunner{});
+
+// One op of the op table on the CPU: checks, then F into `out` (a fresh
+// tensor when there is none). Operands of one shape and dtype go straight to
+// the kernel; others are resolved by aten's rules first (promotion,
+// broadcasting: checks.h) and the kernel runs on the result.
+template <typename OpInfo, template <typename> class F>
+struct CpuPointwise {
+  using Info = OpInfo;
+  static constexpr std::size_t N = kTensors<Info>, M = kScalars<Info>;
+
+  static at::Tensor run(const char* op, const TensorArgs<Info>& in, const ScalarArgs<Info>& s,
+                        const at::Tensor* out, bool resize_out) {
+    const FunctorKernel<F, M> kernel{s};
+    const bool float_scalar = M > 0;  // a Python float promotes integer tensors (aten's rule)
+    if (!plain_call(in) || (out && out->scalar_type() != in[0]->scalar_type())) {
+      const auto p = resolve_pointwise<N>(op, in, Info::tensors, float_scalar, out, kCPU, resize_out);
+      run_views<N + 1>(with_output(p.in, p.target), kernel);
+      p.finish();
+      return p.result;
+    }
+    check_first(op, *in[0], Info::tensors[0], kCPU);
+    for (std::size_t i = 1; i < N; ++i) check_like(op, *in[i], Info::tensors[i], *in[0], Info::tensors[0]);
+    at::Tensor result;
+    if (out) {
+      prepare_out_for(op, *out, in[0]->scalar_type(), in[0]->sym_sizes(), in[0]->device(), resize_out);
+      check_out<N>(op, *out, in, Info::tensors);
+      result = *out;
+    } else {
+      result = fresh_output(in);
+    }
+    std::array<at::Tensor, N> values;
+    for (std::size_t i = 0; i < N; ++i) values[i] = *in[i];
+    run_views<N + 1>(with_output(values, result), kernel);
+    return result;
   }
-  template <typename T>
-  void flat(const T* a, const T* b, T* o, int64_t n) const {
-    tierkit::kernels::mul(a, b, o, n);
+  static at::Tensor functional(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {
+    return run(qualified_name<Info>(false), in, s, nullptr, true);
+  }
+  static at::Tensor& out(const TensorArgs<Info>& in, const ScalarArgs<Info>& s, at::Tensor& out,
+                         const char* op, bool resize) {
+    run(op, in, s, &out, resize);
+    return out;
   }
 };
-struct MulAddKernel {
-  double c;
-  void views(const tierkit::TensorView& a, const tierkit::TensorView& b, const tierkit::TensorView& o) const {
-    tierkit::kernels::muladd(a, b, c, o, AtenRunner{});
-  }
-  template <typename T>
-  void flat(const T* a, const T* b, T* o, int64_t n) const {
-    tierkit::kernels::muladd(a, b, static_cast<tierkit::compute_t<T>>(c), o, n);
-  }
-};
-struct ScaleShiftKernel {
-  double alpha, beta;
-  void views(const tierkit::TensorView& x, const tierkit::TensorView& o) const {
-    tierkit::kernels::scale_shift(x, alpha, beta, o, AtenRunner{});
-  }
-  template <typename T>
-  void flat(const T* x, T* o, int64_t n) const {
-    using C = tierkit::compute_t<T>;
-    tierkit::kernels::scale_shift(x, static_cast<C>(alpha), static_cast<C>(beta), o, n);
-  }
-};
-constexpr AddKernel kAdd;
-constexpr MulKernel kMul;
 
-// Binary ops: checks, then `kernel(view_a, view_b, view_out)` into `out`
-// (a fresh tensor when `out` is null). Operands of one shape and dtype go
-// straight to the kernel; others are resolved by aten's rules first
-// (promotion, broadcasting: checks.h) and the kernel runs on the result.
-template <typename Kernel>
-at::Tensor binary(const char* op, const at::Tensor& a, const at::Tensor& b, const at::Tensor* out,
-                  const Kernel& kernel, bool float_scalar = false, bool resize_out = true) {
-  if (!plain_call({&a, &b}) || (out && out->scalar_type() != a.scalar_type())) {
-    const auto p = resolve_pointwise<2>(op, {&a, &b}, {"a", "b"}, float_scalar, out, kCPU, resize_out);
-    run_views<3>({p.in[0], p.in[1], p.target}, kernel);
-    p.finish();
-    return p.result;
-  }
-  check_first(op, a, "a", kCPU);
-  check_like(op, b, "b", a, "a");
-  at::Tensor result;
-  if (out) {
-    prepare_out_for(op, *out, a.scalar_type(), a.sym_sizes(), a.device(), resize_out);
-    check_out(op, *out, {{&a, "a"}, {&b, "b"}});
-    result = *out;
-  } else {
-    result = fresh_output({&a, &b});
-  }
-  run_views<3>({a, b, result}, kernel);
-  return result;
-}
-
-at::Tensor scale_shift_into(const char* op, const at::Tensor& x, double alpha, double beta,
-                            const at::Tensor* out) {
-  const ScaleShiftKernel kernel{alpha, beta};
-  if (!plain_call({&x}) || (out && out->scalar_type() != x.scalar_type())) {
-    const auto p = resolve_pointwise<1>(op, {&x}, {"x"}, /*float_scalar=*/true, out, kCPU);
-    run_views<2>({p.in[0], p.target}, kernel);
-    p.finish();
-    return p.result;
-  }
-  check_first(op, x, "x", kCPU);
-  at::Tensor result;
-  if (out) {
-    prepare_out_for(op, *out, x.scalar_type(), x.sym_sizes(), x.device());
-    check_out(op, *out, {{&x, "x"}});
-    result = *out;
-  } else {
-    result = fresh_output({&x});
-  }
-  run_views<2>({x, result}, kernel);
-  return result;
-}
-
-at::Tensor custom_add_cpu(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::custom_add", a, b, nullptr, kAdd);
-}
-at::Tensor mul_cpu(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::mul", a, b, nullptr, kMul);
-}
-at::Tensor scale_shift_cpu(const at::Tensor& x, double alpha, double beta) {
-  return scale_shift_into("tierkit::scale_shift", x, alpha, beta, nullptr);
-}
-at::Tensor muladd_cpu(const at::Tensor& a, const at::Tensor& b, double c) {
-  return binary("tierkit::muladd", a, b, nullptr, MulAddKernel{c}, /*float_scalar=*/true);
-}
-
-at::Tensor& custom_add_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  binary("tierkit::custom_add.out", a, b, &out, kAdd);
-  return out;
-}
-at::Tensor& mul_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  binary("tierkit::mul.out", a, b, &out, kMul);
-  return out;
-}
-at::Tensor& scale_shift_out_cpu(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
-  scale_shift_into("tierkit::scale_shift.out", x, alpha, beta, &out);
-  return out;
-}
-at::Tensor& muladd_out_cpu(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
-  binary("tierkit::muladd.out", a, b, &out, MulAddKernel{c}, /*float_scalar=*/true);
-  return out;
-}
-
-// add_out never resizes: `out` must already have the result's shape.
-at::Tensor& add_out_cpu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  binary("tierkit::add_out", a, b, &out, kAdd, /*float_scalar=*/false, /*resize_out=*/false);
-  return out;
-}
+#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit::" #name;
+TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
+#undef TIERKIT_WRITER_NAME
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, CPU, m) {
-  m.impl("custom_add", &custom_add_cpu);
-  m.impl("mul", &mul_cpu);
-  m.impl("scale_shift", &scale_shift_cpu);
-  m.impl("muladd", &muladd_cpu);
-  m.impl("add_out", &add_out_cpu);
-  m.impl("custom_add.out", &custom_add_out_cpu);
-  m.impl("mul.out", &mul_out_cpu);
-  m.impl("scale_shift.out", &scale_shift_out_cpu);
-  m.impl("muladd.out", &muladd_out_cpu);
+#define TIERKIT_CPU_IMPL(name, Functor, n_tensors, n_scalars)                                           \
+  m.impl(#name,                                                                                         \
+         &Signatures<CpuPointwise<tierkit::op_info::name, tierkit::kernels::Functor##Op>>::functional); \
+  m.impl(#name ".out", &Signatures<CpuPointwise<tierkit::op_info::name, tierkit::kernels::Functor##Op>>::out);
+  TIERKIT_POINTWISE_OPS(TIERKIT_CPU_IMPL)
+#undef TIERKIT_CPU_IMPL
+#define TIERKIT_CPU_WRITER(name, of, Functor) \
+  m.impl(#name,                               \
+         &Signatures<CpuPointwise<tierkit::op_info::of, tierkit::kernels::Functor##Op>>::writer<k_##name>);
+  TIERKIT_OUT_WRITERS(TIERKIT_CPU_WRITER)
+#undef TIERKIT_CPU_WRITER
 }
 
 }  // namespace tierkit_torch

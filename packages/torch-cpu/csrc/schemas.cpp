@@ -1,4 +1,4 @@
-// The tierkit operator namespace: core's schema list (tierkit/op_schemas.h,
+// The tierkit operator namespace: the op table's schemas (tierkit/op_table.h,
 // shared with torch-stable), registered once, here. Kernels for each
 // dispatch key live beside it (cpu_kernels.cpp; autograd, backward and the
 // no-graph fast path, in autograd.cpp; the .out overloads' decomposition in
@@ -7,7 +7,7 @@
 #include <torch/library.h>
 
 #include "tierkit/dtype.h"
-#include "tierkit/op_schemas.h"
+#include "tierkit/op_table.h"
 
 TORCH_LIBRARY(tierkit, m) {
   for (const char* schema : tierkit::kOpSchemas) m.def(schema);

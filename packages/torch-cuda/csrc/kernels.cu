@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <utility>
 
 #include "launch.h"
 
@@ -84,6 +86,11 @@ template <typename C>
 struct MulAddF {
   C c;
   __device__ C operator()(C a, C b) const { return add_rn(mul_rn(a, b), c); }
+};
+// PLACEHOLDER until the CUDA silu_mul functor lands.
+template <typename C>
+struct SiluMulF {
+  __device__ C operator()(C a, C b) const { return a / (C(1) + exp(-a)) * b; }
 };
 
 template <typename T, int N>
@@ -177,25 +184,26 @@ void dispatch(DType dtype, const Operands& o, cudaStream_t stream, MakeF make) {
   });
 }
 
+// F<C> from the op's float arguments, in schema order.
+template <template <typename> class F, typename C, std::size_t... J>
+F<C> make_functor(const double* scalars, std::index_sequence<J...>) {
+  return F<C>{static_cast<C>(scalars[J])...};
+}
+
 }  // namespace
 
-void launch_add(DType dtype, const Operands& o, cudaStream_t stream) {
-  dispatch<true>(dtype, o, stream, [](auto c) { return AddF<decltype(c)>{}; });
-}
-void launch_mul(DType dtype, const Operands& o, cudaStream_t stream) {
-  dispatch<true>(dtype, o, stream, [](auto c) { return MulF<decltype(c)>{}; });
-}
-void launch_scale_shift(DType dtype, const Operands& o, double alpha, double beta, cudaStream_t stream) {
-  dispatch<false>(dtype, o, stream, [=](auto c) {
-    using C = decltype(c);
-    return ScaleShiftF<C>{static_cast<C>(alpha), static_cast<C>(beta)};
-  });
-}
-void launch_muladd(DType dtype, const Operands& o, double c, cudaStream_t stream) {
-  dispatch<true>(dtype, o, stream, [=](auto z) {
-    using C = decltype(z);
-    return MulAddF<C>{static_cast<C>(c)};
-  });
+void launch_pointwise(OpId id, DType dtype, const Operands& o, const double* scalars, cudaStream_t stream) {
+  switch (id) {
+#define TIERKIT_LAUNCH(name, Functor, n_tensors, n_scalars)                                                \
+  case OpId::name:                                                                                         \
+    static_assert(n_tensors == 1 || n_tensors == 2, "the CUDA kernels take one or two inputs");            \
+    return dispatch < n_tensors ==                                                                         \
+           2 > (dtype, o, stream, [&](auto c) {                                                            \
+             return make_functor<Functor##F, decltype(c)>(scalars, std::make_index_sequence<n_scalars>{}); \
+           });
+    TIERKIT_POINTWISE_OPS(TIERKIT_LAUNCH)
+#undef TIERKIT_LAUNCH
+  }
 }
 
 }  // namespace tierkit_cuda

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "tierkit/dtype.h"
+#include "tierkit/op_table.h"
 #include "tierkit/view.h"
 
 namespace tierkit_cuda {
@@ -32,12 +33,18 @@ struct Operands {
   bool contiguous;  // every operand C-contiguous
 };
 
-// One launcher per op, on `stream`; each checks its launch and does nothing
-// for numel == 0. `dtype` must be one core accepts (checked by the caller).
-void launch_add(DType dtype, const Operands& operands, cudaStream_t stream);
-void launch_mul(DType dtype, const Operands& operands, cudaStream_t stream);
-void launch_scale_shift(DType dtype, const Operands& operands, double alpha, double beta,
-                        cudaStream_t stream);
-void launch_muladd(DType dtype, const Operands& operands, double c, cudaStream_t stream);
+// The op table's pointwise ops (tierkit/op_table.h), by name.
+enum class OpId {
+#define TIERKIT_OP_ID(name, Functor, n_tensors, n_scalars) name,
+  TIERKIT_POINTWISE_OPS(TIERKIT_OP_ID)
+#undef TIERKIT_OP_ID
+};
+
+// Launches op `id` (its functor <Functor>F of kernels.cu, with the op's
+// float arguments `scalars` in schema order) on `stream`; checks its launch
+// and does nothing for numel == 0. `dtype` must be one core accepts
+// (checked by the caller). Unary ops leave `operands.b` null.
+void launch_pointwise(OpId id, DType dtype, const Operands& operands, const double* scalars,
+                      cudaStream_t stream);
 
 }  // namespace tierkit_cuda

@@ -1,4 +1,5 @@
-// CUDA kernels for the tierkit ops (schemas are defined by tierkit-torch).
+// CUDA kernels for every op of the op table (schemas are defined by
+// tierkit-torch), one template instantiated per entry.
 // Host side: the same argument checks as the CPU kernels, a device guard for
 // the inputs' GPU, the current stream, the output, then the launcher.
 #include <ATen/core/Tensor.h>
@@ -7,7 +8,9 @@
 #include <torch/library.h>
 
 #include "launch.h"
+#include "tierkit/op_table.h"
 #include "tierkit_torch/checks.h"
+#include "tierkit_torch/op_signatures.h"
 
 namespace tierkit_cuda {
 namespace {
@@ -59,122 +62,90 @@ at::Tensor contiguous_like(const at::Tensor& t) {
   return at::empty(t.sizes(), t.options().memory_format(c10::MemoryFormat::Contiguous));
 }
 
-// Checks, then `launch` into `out` (a fresh tensor laid out like aten's
-// result when `out` is null). `name` prefixes every error.
-// Operands of other shapes or dtypes are first resolved by aten's rules
-// (promotion, broadcasting: tierkit_torch/checks.h), as on the CPU.
-template <typename Launch>
-at::Tensor binary(const char* name, const at::Tensor& a, const at::Tensor& b, const at::Tensor* out,
-                  const Launch& launch, bool float_scalar = false, bool resize_out = true) {
-  if (!tierkit_torch::plain_call({&a, &b}) || (out && out->scalar_type() != a.scalar_type())) {
-    const auto p =
-        tierkit_torch::resolve_pointwise<2>(name, {&a, &b}, {"a", "b"}, float_scalar, out, kCUDA, resize_out);
-    at::Tensor target = p.target;
-    binary(name, p.in[0], p.in[1], &target, launch, float_scalar, false);
-    p.finish();
-    return p.result;
+// One op of the op table on CUDA: checks, then its launcher into `out` (a
+// fresh tensor laid out like aten's result when there is none). Operands of
+// other shapes or dtypes are first resolved by aten's rules (promotion,
+// broadcasting: tierkit_torch/checks.h), as on the CPU, and the kernel runs
+// on the resolved operands directly.
+template <typename OpInfo, OpId Id>
+struct CudaPointwise {
+  using Info = OpInfo;
+  static constexpr std::size_t N = tierkit_torch::kTensors<Info>;
+  static_assert(N == 1 || N == 2, "the CUDA kernels take one or two inputs");
+
+  static void launch(const tierkit_torch::TensorArgs<Info>& in, const tierkit_torch::ScalarArgs<Info>& s,
+                     const at::Tensor& result) {
+    const auto go = [&](DType t, const Operands& o, cudaStream_t stream) {
+      launch_pointwise(Id, t, o, s.data(), stream);
+    };
+    if (result.dim() > kMaxRank && !result.is_contiguous()) {  // rare: compute contiguous, then copy in
+      at::Tensor tmp = contiguous_like(result);
+      run(*in[0], N == 2 ? in[N - 1] : nullptr, tmp, go);
+      result.copy_(tmp);
+      return;
+    }
+    run(*in[0], N == 2 ? in[N - 1] : nullptr, result, go);
   }
-  tierkit_torch::check_first(name, a, "a", kCUDA);
-  tierkit_torch::check_like(name, b, "b", a, "a");
-  at::Tensor result;
-  if (out) {
-    tierkit_torch::prepare_out_for(name, *out, a.scalar_type(), a.sym_sizes(), a.device(), resize_out);
-    tierkit_torch::check_out(name, *out, {{&a, "a"}, {&b, "b"}});
-    result = *out;
-  } else {
-    result = tierkit_torch::new_output({&a, &b});
-  }
-  if (result.dim() > kMaxRank && !result.is_contiguous()) {  // rare: compute contiguous, then copy in
-    at::Tensor tmp = contiguous_like(result);
-    binary(name, a, b, &tmp, launch);
-    result.copy_(tmp);
+
+  static at::Tensor compute(const char* name, const tierkit_torch::TensorArgs<Info>& in,
+                            const tierkit_torch::ScalarArgs<Info>& s, const at::Tensor* out,
+                            bool resize_out) {
+    const bool float_scalar = tierkit_torch::kScalars<Info> > 0;  // a Python float promotes integers
+    if (!tierkit_torch::plain_call(in) || (out && out->scalar_type() != in[0]->scalar_type())) {
+      const auto p =
+          tierkit_torch::resolve_pointwise<N>(name, in, Info::tensors, float_scalar, out, kCUDA, resize_out);
+      tierkit_torch::TensorArgs<Info> resolved;
+      for (std::size_t i = 0; i < N; ++i) resolved[i] = &p.in[i];
+      launch(resolved, s, p.target);
+      p.finish();
+      return p.result;
+    }
+    tierkit_torch::check_first(name, *in[0], Info::tensors[0], kCUDA);
+    for (std::size_t i = 1; i < N; ++i)
+      tierkit_torch::check_like(name, *in[i], Info::tensors[i], *in[0], Info::tensors[0]);
+    at::Tensor result;
+    if (out) {
+      tierkit_torch::prepare_out_for(name, *out, in[0]->scalar_type(), in[0]->sym_sizes(), in[0]->device(),
+                                     resize_out);
+      tierkit_torch::check_out<N>(name, *out, in, Info::tensors);
+      result = *out;
+    } else {
+      result = tierkit_torch::new_output(in);
+    }
+    launch(in, s, result);
     return result;
   }
-  run(a, &b, result, launch);
-  return result;
-}
-
-at::Tensor scale_shift_into(const at::Tensor& x, double alpha, double beta, const at::Tensor* out) {
-  const char* name = out ? "tierkit::scale_shift.out" : "tierkit::scale_shift";
-  if (!tierkit_torch::plain_call({&x}) || (out && out->scalar_type() != x.scalar_type())) {
-    const auto p = tierkit_torch::resolve_pointwise<1>(name, {&x}, {"x"}, /*float_scalar=*/true, out, kCUDA);
-    at::Tensor target = p.target;
-    scale_shift_into(p.in[0], alpha, beta, &target);
-    p.finish();
-    return p.result;
+  static at::Tensor functional(const tierkit_torch::TensorArgs<Info>& in,
+                               const tierkit_torch::ScalarArgs<Info>& s) {
+    return compute(tierkit_torch::qualified_name<Info>(false), in, s, nullptr, true);
   }
-  tierkit_torch::check_first(name, x, "x", kCUDA);
-  at::Tensor result;
-  if (out) {
-    tierkit_torch::prepare_out_for(name, *out, x.scalar_type(), x.sym_sizes(), x.device());
-    tierkit_torch::check_out(name, *out, {{&x, "x"}});
-    result = *out;
-  } else {
-    result = tierkit_torch::new_output({&x});
+  static at::Tensor& out(const tierkit_torch::TensorArgs<Info>& in, const tierkit_torch::ScalarArgs<Info>& s,
+                         at::Tensor& out, const char* name, bool resize) {
+    compute(name, in, s, &out, resize);
+    return out;
   }
-  if (result.dim() > kMaxRank && !result.is_contiguous()) {
-    at::Tensor tmp = contiguous_like(result);
-    scale_shift_into(x, alpha, beta, &tmp);
-    result.copy_(tmp);
-    return result;
-  }
-  run(x, nullptr, result,
-      [=](DType t, const Operands& o, cudaStream_t s) { launch_scale_shift(t, o, alpha, beta, s); });
-  return result;
-}
+};
 
-auto muladd_launch(double c) {
-  return [c](DType t, const Operands& o, cudaStream_t s) { launch_muladd(t, o, c, s); };
-}
+#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit::" #name;
+TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
+#undef TIERKIT_WRITER_NAME
 
-at::Tensor custom_add_cuda(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::custom_add", a, b, nullptr, launch_add);
-}
-at::Tensor mul_cuda(const at::Tensor& a, const at::Tensor& b) {
-  return binary("tierkit::mul", a, b, nullptr, launch_mul);
-}
-at::Tensor muladd_cuda(const at::Tensor& a, const at::Tensor& b, double c) {
-  return binary("tierkit::muladd", a, b, nullptr, muladd_launch(c), /*float_scalar=*/true);
-}
-at::Tensor scale_shift_cuda(const at::Tensor& x, double alpha, double beta) {
-  return scale_shift_into(x, alpha, beta, nullptr);
-}
-
-at::Tensor& custom_add_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  binary("tierkit::custom_add.out", a, b, &out, launch_add);
-  return out;
-}
-at::Tensor& mul_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  binary("tierkit::mul.out", a, b, &out, launch_mul);
-  return out;
-}
-at::Tensor& muladd_out_cuda(const at::Tensor& a, const at::Tensor& b, double c, at::Tensor& out) {
-  binary("tierkit::muladd.out", a, b, &out, muladd_launch(c), /*float_scalar=*/true);
-  return out;
-}
-at::Tensor& scale_shift_out_cuda(const at::Tensor& x, double alpha, double beta, at::Tensor& out) {
-  scale_shift_into(x, alpha, beta, &out);
-  return out;
-}
-
-// add_out never resizes: `out` must already have the result's shape.
-at::Tensor& add_out_cuda(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  binary("tierkit::add_out", a, b, &out, launch_add, /*float_scalar=*/false, /*resize_out=*/false);
-  return out;
-}
+#define TIERKIT_CUDA_KERNEL(name, Functor, n_tensors, n_scalars) \
+  using name##_kernel = tierkit_torch::Signatures<CudaPointwise<tierkit::op_info::name, OpId::name>>;
+TIERKIT_POINTWISE_OPS(TIERKIT_CUDA_KERNEL)
+#undef TIERKIT_CUDA_KERNEL
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, CUDA, m) {
-  m.impl("custom_add", &custom_add_cuda);
-  m.impl("mul", &mul_cuda);
-  m.impl("scale_shift", &scale_shift_cuda);
-  m.impl("muladd", &muladd_cuda);
-  m.impl("add_out", &add_out_cuda);
-  m.impl("custom_add.out", &custom_add_out_cuda);
-  m.impl("mul.out", &mul_out_cuda);
-  m.impl("scale_shift.out", &scale_shift_out_cuda);
-  m.impl("muladd.out", &muladd_out_cuda);
+#define TIERKIT_CUDA_IMPL(name, Functor, n_tensors, n_scalars) \
+  m.impl(#name, &name##_kernel::functional);                   \
+  m.impl(#name ".out", &name##_kernel::out);
+  TIERKIT_POINTWISE_OPS(TIERKIT_CUDA_IMPL)
+#undef TIERKIT_CUDA_IMPL
+#define TIERKIT_CUDA_WRITER(name, of, Functor) m.impl(#name, &of##_kernel::writer<k_##name>);
+  TIERKIT_OUT_WRITERS(TIERKIT_CUDA_WRITER)
+#undef TIERKIT_CUDA_WRITER
 }
 
 }  // namespace tierkit_cuda

@@ -1,4 +1,5 @@
-// The tierkit_stable operators: the same schemas and semantics as tierkit::
+// The tierkit_stable operators, one template instantiated per entry of the op
+// table (tierkit/op_table.h): the same schemas and semantics as tierkit::
 // (torch-cpu), with CPU kernels on core's kernels, written against torch's
 // stable C ABI only (STABLE_TORCH_LIBRARY, torch::stable::Tensor). Built with
 // TORCH_TARGET_VERSION, the compiler refuses any API newer than that torch.
@@ -6,89 +7,87 @@
 // registered from Python (tierkit_torch_stable/_registrations.py).
 #include <torch/csrc/stable/library.h>
 
+#include <array>
+#include <cstddef>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "stable_tensor.h"
-#include "tierkit/op_schemas.h"
+#include "tierkit/op_table.h"
 
 namespace tierkit_stable {
 namespace {
 
-// Binary ops: checks, then `kernel(view_a, view_b, view_out)` into `out`
-// (a fresh tensor when `out` is null). Operands of one shape and dtype go
-// straight to the kernel; others are resolved by aten's rules first
+template <typename Info>
+inline constexpr std::size_t kTensors = std::tuple_size_v<std::decay_t<decltype(Info::tensors)>>;
+template <typename Info>
+inline constexpr std::size_t kScalars = std::tuple_size_v<std::decay_t<decltype(Info::scalars)>>;
+
+// "tierkit_stable::<op>" and "tierkit_stable::<op>.out", built once per op.
+template <typename Info>
+const char* qualified_name(bool out_overload) {
+  static const std::string functional = std::string("tierkit_stable::") + Info::name;
+  static const std::string out = functional + ".out";
+  return out_overload ? out.c_str() : functional.c_str();
+}
+
+// One op of the op table (tierkit/op_table.h): checks, then core's functor
+// F into `out` (a fresh tensor when null). Operands of one shape and dtype
+// go straight to the kernel; others are resolved by aten's rules first
 // (promotion, broadcasting: stable_tensor.h).
-template <typename Kernel>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b, Tensor* out, const Kernel& kernel,
-              bool float_scalar = false, bool resize_out = true) {
-  if (!plain_call({&a, &b}) || (out && out->scalar_type() != a.scalar_type())) {
-    auto p = resolve_pointwise<2>(op, {&a, &b}, {"a", "b"}, float_scalar, out, resize_out);
-    run_views<3>(op, {p.in[0], p.in[1], p.target}, kernel);
-    p.finish();
-    return p.result;
+template <typename Info, template <typename> class F,
+          typename Tensors = std::make_index_sequence<kTensors<Info>>,
+          typename Scalars = std::make_index_sequence<kScalars<Info>>>
+struct StablePointwise;
+
+template <typename Info, template <typename> class F, std::size_t... I, std::size_t... J>
+struct StablePointwise<Info, F, std::index_sequence<I...>, std::index_sequence<J...>> {
+  static constexpr std::size_t N = sizeof...(I);
+  template <std::size_t>
+  using TensorArg = Tensor;
+  template <std::size_t>
+  using Double = double;
+
+  static Tensor run(const char* op, const std::array<const Tensor*, N>& in,
+                    const std::array<double, sizeof...(J)>& s, Tensor* out, bool resize_out) {
+    const auto kernel = [&](const auto&... v) {
+      const std::array<const tierkit::TensorView*, N + 1> all{&v...};
+      const std::array<const tierkit::TensorView*, N> ins{all[I]...};
+      tierkit::kernels::pointwise<F>(ins, Info::tensors, s, *all[N], StableRunner{});
+    };
+    const bool float_scalar = sizeof...(J) > 0;  // a Python float promotes integer tensors (aten's rule)
+    if (!plain_call({in[I]...}) || (out && out->scalar_type() != in[0]->scalar_type())) {
+      auto p = resolve_pointwise<N>(op, in, Info::tensors, float_scalar, out, resize_out);
+      run_views<N + 1>(op, {p.in[I]..., p.target}, kernel);
+      p.finish();
+      return p.result;
+    }
+    check_first(op, *in[0], Info::tensors[0]);
+    for (std::size_t i = 1; i < N; ++i) check_like(op, *in[i], Info::tensors[i], *in[0], Info::tensors[0]);
+    Tensor result = out ? *out : new_output({in[I]...});
+    if (out) prepare_out(op, result, *in[0], resize_out);
+    run_views<N + 1>(op, {*in[I]..., result}, kernel);
+    return result;
   }
-  check_first(op, a, "a");
-  check_like(op, b, "b", a, "a");
-  Tensor result = out ? *out : new_output({&a, &b});
-  if (out) prepare_out(op, result, a, resize_out);
-  run_views<3>(op, {a, b, result}, kernel);
-  return result;
-}
 
-Tensor scale_shift_into(const char* op, const Tensor& x, double alpha, double beta, Tensor* out) {
-  const auto kernel = [&](const auto& vx, const auto& vo) {
-    tierkit::kernels::scale_shift(vx, alpha, beta, vo, StableRunner{});
-  };
-  if (!plain_call({&x}) || (out && out->scalar_type() != x.scalar_type())) {
-    auto p = resolve_pointwise<1>(op, {&x}, {"x"}, /*float_scalar=*/true, out);
-    run_views<2>(op, {p.in[0], p.target}, kernel);
-    p.finish();
-    return p.result;
+  static Tensor functional(TensorArg<I>... t, Double<J>... s) {
+    return run(qualified_name<Info>(false), {&t...}, {s...}, nullptr, true);
   }
-  check_first(op, x, "x");
-  Tensor result = out ? *out : new_output({&x});
-  if (out) prepare_out(op, result, x);
-  run_views<2>(op, {x, result}, kernel);
-  return result;
-}
-
-constexpr auto kAdd = [](const auto& a, const auto& b, const auto& o) {
-  tierkit::kernels::add(a, b, o, StableRunner{});
+  static Tensor out(TensorArg<I>... t, Double<J>... s, Tensor out) {
+    return run(qualified_name<Info>(true), {&t...}, {s...}, &out, true);
+  }
+  // A writer (add_out): never resizes, `out` must have the result's shape.
+  template <const char* Name>
+  static Tensor writer(TensorArg<I>... t, Double<J>... s, Tensor out) {
+    return run(Name, {&t...}, {s...}, &out, false);
+  }
 };
-constexpr auto kMul = [](const auto& a, const auto& b, const auto& o) {
-  tierkit::kernels::mul(a, b, o, StableRunner{});
-};
-auto muladd_kernel(double c) {
-  return [c](const auto& a, const auto& b, const auto& o) {
-    tierkit::kernels::muladd(a, b, c, o, StableRunner{});
-  };
-}
 
-Tensor custom_add(Tensor a, Tensor b) { return binary("tierkit_stable::custom_add", a, b, nullptr, kAdd); }
-Tensor mul(Tensor a, Tensor b) { return binary("tierkit_stable::mul", a, b, nullptr, kMul); }
-Tensor scale_shift(Tensor x, double alpha, double beta) {
-  return scale_shift_into("tierkit_stable::scale_shift", x, alpha, beta, nullptr);
-}
-Tensor muladd(Tensor a, Tensor b, double c) {
-  return binary("tierkit_stable::muladd", a, b, nullptr, muladd_kernel(c), /*float_scalar=*/true);
-}
-
-Tensor custom_add_out(Tensor a, Tensor b, Tensor out) {
-  return binary("tierkit_stable::custom_add.out", a, b, &out, kAdd);
-}
-Tensor mul_out(Tensor a, Tensor b, Tensor out) { return binary("tierkit_stable::mul.out", a, b, &out, kMul); }
-Tensor scale_shift_out(Tensor x, double alpha, double beta, Tensor out) {
-  return scale_shift_into("tierkit_stable::scale_shift.out", x, alpha, beta, &out);
-}
-Tensor muladd_out(Tensor a, Tensor b, double c, Tensor out) {
-  return binary("tierkit_stable::muladd.out", a, b, &out, muladd_kernel(c), /*float_scalar=*/true);
-}
-
-// add_out never resizes: `out` must already have the result's shape.
-Tensor add_out(Tensor a, Tensor b, Tensor out) {
-  return binary("tierkit_stable::add_out", a, b, &out, kAdd, /*float_scalar=*/false, /*resize_out=*/false);
-}
+#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit_stable::" #name;
+TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
+#undef TIERKIT_WRITER_NAME
 
 }  // namespace
 
@@ -98,16 +97,21 @@ STABLE_TORCH_LIBRARY(tierkit_stable, m) {
   for (const char* schema : tierkit::kOpSchemas) m.def(schema);
 }
 
+// One kernel type per op (a name, so TORCH_BOX's argument holds no comma).
+#define TIERKIT_STABLE_KERNEL(name, Functor, n_tensors, n_scalars) \
+  using name##_kernel = StablePointwise<tierkit::op_info::name, tierkit::kernels::Functor##Op>;
+TIERKIT_POINTWISE_OPS(TIERKIT_STABLE_KERNEL)
+#undef TIERKIT_STABLE_KERNEL
+
 STABLE_TORCH_LIBRARY_IMPL(tierkit_stable, CPU, m) {
-  m.impl("custom_add", TORCH_BOX(&custom_add));
-  m.impl("mul", TORCH_BOX(&mul));
-  m.impl("scale_shift", TORCH_BOX(&scale_shift));
-  m.impl("muladd", TORCH_BOX(&muladd));
-  m.impl("add_out", TORCH_BOX(&add_out));
-  m.impl("custom_add.out", TORCH_BOX(&custom_add_out));
-  m.impl("mul.out", TORCH_BOX(&mul_out));
-  m.impl("scale_shift.out", TORCH_BOX(&scale_shift_out));
-  m.impl("muladd.out", TORCH_BOX(&muladd_out));
+#define TIERKIT_STABLE_IMPL(name, Functor, n_tensors, n_scalars) \
+  m.impl(#name, TORCH_BOX(&name##_kernel::functional));          \
+  m.impl(#name ".out", TORCH_BOX(&name##_kernel::out));
+  TIERKIT_POINTWISE_OPS(TIERKIT_STABLE_IMPL)
+#undef TIERKIT_STABLE_IMPL
+#define TIERKIT_STABLE_WRITER(name, of, Functor) m.impl(#name, TORCH_BOX(&of##_kernel::writer<k_##name>));
+  TIERKIT_OUT_WRITERS(TIERKIT_STABLE_WRITER)
+#undef TIERKIT_STABLE_WRITER
 }
 
 // A function of no tensors has no dispatch key to select a backend kernel.

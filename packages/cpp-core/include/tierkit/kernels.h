@@ -11,6 +11,8 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -45,18 +47,16 @@ namespace tierkit::kernels {
 
 // ---- contiguous loops ------------------------------------------------------
 
-// The operations, written once over the compute type C.
+// The operations, written once over the compute type C: the arithmetic of
+// each op of the op table (tierkit/op_table.h names them), aggregates of the
+// op's float arguments in schema order, applied to one element per call.
+template <typename C>
 struct AddOp {
-  template <typename C>
-  C operator()(C a, C b) const {
-    return a + b;
-  }
+  C operator()(C a, C b) const { return a + b; }
 };
+template <typename C>
 struct MulOp {
-  template <typename C>
-  C operator()(C a, C b) const {
-    return a * b;
-  }
+  C operator()(C a, C b) const { return a * b; }
 };
 template <typename C>
 struct ScaleShiftOp {
@@ -67,6 +67,11 @@ template <typename C>
 struct MulAddOp {
   C c;
   C operator()(C a, C b) const { return a * b + c; }
+};
+// PLACEHOLDER until the vectorized exp lands: scalar std::exp.
+template <typename C>
+struct SiluMulOp {
+  C operator()(C a, C b) const { return a / (C(1) + std::exp(-a)) * b; }
 };
 
 #define TIERKIT_MAP_LOOP \
@@ -240,13 +245,23 @@ void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
 #undef TIERKIT_MAP_LOOP
 #undef TIERKIT_UNROLLED
 
+// The functor F<C> of an op with float arguments `scalars` (schema order).
+template <template <typename> class F, typename C, std::size_t M, std::size_t... J>
+F<C> make_functor(const std::array<double, M>& scalars, std::index_sequence<J...>) {
+  return F<C>{static_cast<C>(scalars[J])...};
+}
+template <template <typename> class F, typename C, std::size_t M>
+F<C> make_functor(const std::array<double, M>& scalars) {
+  return make_functor<F, C>(scalars, std::make_index_sequence<M>{});
+}
+
 template <typename T>
 void add(const T* a, const T* b, T* out, std::int64_t n) {
-  map_contiguous(AddOp{}, out, n, a, b);
+  map_contiguous(AddOp<compute_t<T>>{}, out, n, a, b);
 }
 template <typename T>
 void mul(const T* a, const T* b, T* out, std::int64_t n) {
-  map_contiguous(MulOp{}, out, n, a, b);
+  map_contiguous(MulOp<compute_t<T>>{}, out, n, a, b);
 }
 template <typename T>
 void scale_shift(const T* x, compute_t<T> alpha, compute_t<T> beta, T* out, std::int64_t n) {
@@ -351,12 +366,12 @@ struct PoolRunner {
 
 template <typename Runner = PoolRunner>
 void add(const TensorView& a, const TensorView& b, const TensorView& out, const Runner& run = {}) {
-  detail::map_views(out, {&a, &b}, {"a", "b"}, run, [](auto) { return AddOp{}; });
+  detail::map_views(out, {&a, &b}, {"a", "b"}, run, [](auto c) { return AddOp<decltype(c)>{}; });
 }
 
 template <typename Runner = PoolRunner>
 void mul(const TensorView& a, const TensorView& b, const TensorView& out, const Runner& run = {}) {
-  detail::map_views(out, {&a, &b}, {"a", "b"}, run, [](auto) { return MulOp{}; });
+  detail::map_views(out, {&a, &b}, {"a", "b"}, run, [](auto c) { return MulOp<decltype(c)>{}; });
 }
 
 template <typename Runner = PoolRunner>
@@ -375,6 +390,21 @@ void muladd(const TensorView& a, const TensorView& b, double c, const TensorView
     using C = decltype(z);
     return MulAddOp<C>{static_cast<C>(c)};
   });
+}
+
+// Any op's functor F<C> over views: `in` (named `names` in errors), its
+// float arguments `scalars`, into `out`. What the tiers' generic code calls
+// for every pointwise op of the op table.
+template <template <typename> class F, std::size_t N, std::size_t M, typename Runner = PoolRunner>
+void pointwise(const std::array<const TensorView*, N>& in, const std::array<const char*, N>& names,
+               const std::array<double, M>& scalars, const TensorView& out, const Runner& run = {}) {
+  const TensorView* ins[N];
+  const char* ns[N];
+  for (std::size_t k = 0; k < N; ++k) {
+    ins[k] = in[k];
+    ns[k] = names[k];
+  }
+  detail::map_views(out, ins, ns, run, [&](auto c) { return make_functor<F, decltype(c)>(scalars); });
 }
 
 }  // namespace tierkit::kernels

@@ -23,7 +23,7 @@ def _join(names: Sequence[str]) -> str:
 
 
 def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None) -> None:
-    """Register fake kernels for ns::{custom_add, mul, muladd, scale_shift}.
+    """Register a fake kernel for every functional op of the op table (op_table.py) in `ns`.
 
     `accepted_dtypes` are torch dtype names ("float32", ...), from core's dtype
     table through the C++ library. The .out overloads and add_out need none:
@@ -70,14 +70,11 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
 
         return fake
 
-    register = torch.library.register_fake
-    for op, names, float_scalar in (
-        ("custom_add", ("a", "b"), False),
-        ("mul", ("a", "b"), False),
-        ("muladd", ("a", "b"), True),
-        ("scale_shift", ("x",), True),
-    ):
-        register(f"{ns}::{op}", fake_pointwise(f"{ns}::{op}", names, float_scalar), lib=lib)
+    from .op_table import OPS
+
+    for entry in OPS:
+        op = f"{ns}::{entry.name}"
+        torch.library.register_fake(op, fake_pointwise(op, entry.tensors, bool(entry.scalars)), lib=lib)
 
 
 def _name(dtype: Any) -> str:
@@ -120,3 +117,79 @@ def scalar_argument(torch: Any, op: str, name: str, value: Any) -> float:
             "with torch ops to differentiate it"
         )
     return float(value)
+
+
+_FACE = """\
+def {name}({params}{star}out=None):
+    {converts}if out is None:
+        return functional({args})
+    return out_overload({args}, out=out)
+"""
+
+_RULES = """
+
+aten's rules, as ``torch.add``'s: tensors broadcast, their dtypes promote
+(``torch.result_type``; the result must be float32, float64, float16 or
+bfloat16), any strides; one device. Returns a new tensor laid out like aten's
+result. 16-bit inputs are computed in float32 and rounded once. Float
+arguments are numbers (a 0-d tensor is read by value; one that requires grad
+is refused: no gradient reaches a float argument). Differentiable in reverse
+and forward mode in {differentiable} (a broadcast input's gradient is summed
+to its shape).
+
+With ``out=``: written there and returned, in aten's convention: an empty
+``out`` is resized, a non-empty one of another shape is an error, another
+dtype the result can be cast to is written cast; not differentiable.
+"""
+
+
+def typed_faces(torch: Any, ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
+    """The typed Python face of every op of the op table over `ops`
+    (``torch.ops.tierkit`` or ``torch.ops.tierkit_stable``): one function per
+    op, ``name(tensors..., floats..., *, out=None)``, plus the writers
+    (``add_out(a, b, out)``). Each is compiled from a two-line template, so a
+    call costs one Python frame over the dispatcher's."""
+    from .op_table import OPS, OUT_WRITERS
+
+    faces: dict[str, Callable[..., Any]] = {}
+    for entry in OPS:
+        converts = "".join(
+            f"{s} = scalar_argument(torch, {prefix + '.' + entry.name!r}, {s!r}, {s})\n    "
+            for s in entry.scalars
+        )
+        names = (*entry.tensors, *entry.scalars)
+        source = _FACE.format(
+            name=entry.name, params=", ".join(names), star=", *, ", converts=converts, args=", ".join(names)
+        )
+        scope: dict[str, Any] = {"scalar_argument": scalar_argument, "torch": torch}
+        # Bound on first call: the JIT build loads the library after import.
+        scope["functional"] = _bound_on_first_call(scope, "functional", ops, entry.name, "default")
+        scope["out_overload"] = _bound_on_first_call(scope, "out_overload", ops, entry.name, "out")
+        exec(compile(source, f"<tierkit op table: {entry.name}>", "exec"), scope)
+        face = scope[entry.name]
+        differentiable = ", ".join(f"``{t}``" for t in entry.tensors if t in entry.derivatives) or "no input"
+        face.__doc__ = f"``{entry.schema}``: {entry.doc}." + _RULES.format(differentiable=differentiable)
+        face.__module__ = prefix + ".ops"
+        faces[entry.name] = face
+    for writer in OUT_WRITERS:
+
+        def write(*args: Any, _name: str = writer.name) -> Any:
+            return getattr(ops, _name).default(*args)
+
+        write.__name__ = write.__qualname__ = writer.name
+        write.__doc__ = (
+            f"``{writer.schema}``: {writer.doc}; may be an input exactly (in place), not differentiable."
+        )
+        write.__module__ = prefix + ".ops"
+        faces[writer.name] = write
+    return faces
+
+
+def _bound_on_first_call(
+    scope: dict[str, Any], key: str, ops: Any, name: str, overload: str
+) -> Callable[..., Any]:
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        scope[key] = getattr(getattr(ops, name), overload)
+        return scope[key](*args, **kwargs)
+
+    return first_call

@@ -99,6 +99,18 @@ inline void check_out(const char* op, const at::Tensor& out,
   }
 }
 
+// The same for N named inputs (the op table's generic kernels).
+template <std::size_t N>
+void check_out(const char* op, const at::Tensor& out, const std::array<const at::Tensor*, N>& in,
+               const std::array<const char*, N>& names) {
+  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
+              ": out: has internal overlap (e.g. an expanded tensor), so several elements share one address");
+  for (std::size_t i = 0; i < N; ++i) {
+    TORCH_CHECK(at::get_overlap_status(out, *in[i]) != at::MemOverlapStatus::Partial, op,
+                ": out: partially overlaps ", names[i], "; only an exact alias (in place) is allowed");
+  }
+}
+
 // ---- aten's semantics for the pointwise ops --------------------------------
 // A call whose operands share one shape and one accepted dtype (the common
 // case) takes the checks above and no more. Any other is resolved the way
@@ -127,7 +139,7 @@ inline bool accepted(c10::ScalarType t) {
 }
 
 // True when the operands need nothing beyond the same-shape, same-dtype checks.
-inline bool plain_call(std::initializer_list<const at::Tensor*> tensors) {
+inline bool plain_call(c10::ArrayRef<const at::Tensor*> tensors) {
   const at::Tensor& first = **tensors.begin();
   if (!first.defined() || !accepted(first.scalar_type())) return false;
   for (const at::Tensor* t : tensors) {
@@ -226,13 +238,7 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const at::Tensor
   for (std::size_t i = 0; i < N; ++i) p.in[i] = in[i]->to(dtype).expand(shape);
   if (out) {
     prepare_out_for(op, *out, dtype, c10::fromIntArrayRefSlow(shape), in[0]->device(), resize_out);
-    TORCH_CHECK(
-        at::has_internal_overlap(*out) != at::MemOverlap::Yes, op,
-        ": out: has internal overlap (e.g. an expanded tensor), so several elements share one address");
-    for (std::size_t i = 0; i < N; ++i) {
-      TORCH_CHECK(at::get_overlap_status(*out, *in[i]) != at::MemOverlapStatus::Partial, op,
-                  ": out: partially overlaps ", names[i], "; only an exact alias (in place) is allowed");
-    }
+    check_out(op, *out, in, names);
     p.result = *out;
     p.target = out->scalar_type() == dtype ? *out : at::empty_like(*out, out->options().dtype(dtype));
   } else {
@@ -244,7 +250,7 @@ Pointwise<N> resolve_pointwise(const char* op, const std::array<const at::Tensor
 // Every input non-overlapping and dense with the same strides (contiguous,
 // channels_last, a transposed tensor...): aten's elementwise result then
 // takes those strides, and the kernels may see the operands as flat memory.
-inline bool same_dense_layout(std::initializer_list<const at::Tensor*> tensors) {
+inline bool same_dense_layout(c10::ArrayRef<const at::Tensor*> tensors) {
   const at::Tensor& first = **tensors.begin();
   for (const at::Tensor* t : tensors) {
     if (!t->is_non_overlapping_and_dense() || t->strides() != first.strides()) return false;
@@ -254,7 +260,7 @@ inline bool same_dense_layout(std::initializer_list<const at::Tensor*> tensors) 
 
 // The result of inputs of one shape and dtype, laid out as aten's. Inputs
 // sharing one dense layout (the common case) give it without TensorIterator.
-inline at::Tensor new_output(std::initializer_list<const at::Tensor*> inputs) {
+inline at::Tensor new_output(c10::ArrayRef<const at::Tensor*> inputs) {
   const at::Tensor& first = **inputs.begin();
   if (!same_dense_layout(inputs)) return aten_result(inputs, first.scalar_type());
   if (first.dim() > 1 && !first.is_contiguous()) {

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch  # noqa: F401  (must come first: the library links against it)
 
 from . import _loader, _registrations
 
-__all__ = ["add_out", "custom_add", "get_include", "library_path", "mul", "muladd", "ops", "scale_shift"]
 __version__ = _metadata.version("tierkit-torch")  # one source: the repository's VERSION
 
 if not _loader.jit_requested():
@@ -25,7 +25,10 @@ if not _loader.jit_requested():
     _registrations.register()
 
 from . import ops
-from .ops import add_out, custom_add, mul, muladd, scale_shift
+
+# Every op's typed face (tierkit_torch.ops) also here: tierkit_torch.silu_mul.
+globals().update({name: getattr(ops, name) for name in ops.__all__})
+__all__ = ["get_include", "library_path", "ops", *ops.__all__]
 
 
 def library_path() -> str:
@@ -41,3 +44,8 @@ def get_include() -> str:
     if installed.is_dir():
         return str(installed)
     return str(Path(__file__).resolve().parents[2] / "include")  # source checkout
+
+
+if TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Callable[..., Any]: ...

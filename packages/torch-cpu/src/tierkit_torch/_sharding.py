@@ -1,14 +1,15 @@
 """DTensor sharding strategies for the tierkit ops.
 
-Per mesh dimension, what each op accepts (DTensor expands it to the full
-mesh and redistributes inputs that match no strategy):
+Per mesh dimension, what each op of the op table accepts (DTensor expands it
+to the full mesh and redistributes inputs that match no strategy):
 
 * every op: all Replicate, or Shard(d) of the output from each input sharded
   on its matching dim (an input broadcast along d stays Replicate);
-* ``custom_add``: Partial + Partial -> Partial (a sum of partial sums is linear);
-* ``mul``: Partial * Replicate (either order) -> Partial, never Partial * Partial;
-* ``scale_shift`` / ``muladd``: Partial only when the added constant is 0
-  (``beta`` / ``c``); otherwise it would be added once per rank.
+* Partial, from the table's facts: Partial + Partial -> Partial for a sum
+  (``additive``); Partial in one input the op is linear in, the others
+  Replicate (``linear_in``: a * b, never Partial * Partial); and only when
+  ``partial_when`` holds (no added constant, which would be added once per
+  rank).
 
 Registering needs ``torch.distributed.tensor``, which costs seconds to
 import, so it happens when (and if) the user imports it: now if it is already
@@ -47,30 +48,35 @@ def _strategies(tensors, n_scalars: int, partial: list[list[str]]):
     return out
 
 
+def _partial_rules(entry, scalars) -> list[list[str]]:
+    """Which Partial inputs give a Partial output, from the op table's facts:
+    all of them for a sum (``additive``), one of ``linear_in`` with the
+    others Replicate, and only when ``partial_when`` holds for the scalars."""
+    if entry.partial_when and not eval(entry.partial_when, {}, dict(zip(entry.scalars, scalars))):
+        return []
+    rules = [["P"] * len(entry.tensors)] if entry.additive else []
+    rules += [["P" if t == name else "R" for t in entry.tensors] for name in entry.linear_in]
+    return rules
+
+
+def _strategy_of(entry):
+    n = len(entry.tensors)
+
+    def strategy(*args):
+        return _strategies(args[:n], len(args) - n, _partial_rules(entry, args[n:]))
+
+    return strategy
+
+
 def register() -> None:
     global _done
     if _done or not torch.distributed.is_available():
         return
+    from tierkit_core.op_table import OPS
     from torch.distributed.tensor.experimental import register_sharding
 
-    ops = torch.ops.tierkit
-
-    @register_sharding(ops.custom_add.default)
-    def _custom_add(a, b):
-        return _strategies((a, b), 0, [["P", "P"]])
-
-    @register_sharding(ops.mul.default)
-    def _mul(a, b):
-        return _strategies((a, b), 0, [["P", "R"], ["R", "P"]])
-
-    @register_sharding(ops.scale_shift.default)
-    def _scale_shift(x, alpha, beta):
-        return _strategies((x,), 2, [["P"]] if beta == 0 else [])
-
-    @register_sharding(ops.muladd.default)
-    def _muladd(a, b, c):
-        return _strategies((a, b), 1, [["P", "R"], ["R", "P"]] if c == 0 else [])
-
+    for entry in OPS:
+        register_sharding(getattr(torch.ops.tierkit, entry.name).default)(_strategy_of(entry))
     _done = True
 
 

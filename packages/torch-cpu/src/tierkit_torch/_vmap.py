@@ -25,19 +25,17 @@ def _aligned(info, tensors, dims):
     return [t.reshape(t.shape[:1] + (1,) * (rank - t.dim()) + t.shape[1:]) for t in fronts]
 
 
-def _binary_rule(op):
-    def rule(info, in_dims, a, b, *scalars):
-        return op(*_aligned(info, (a, b), in_dims[:2]), *scalars), 0
+def _pointwise_rule(op, n_tensors: int):
+    def rule(info, in_dims, *args):
+        return op(*_aligned(info, args[:n_tensors], in_dims[:n_tensors]), *args[n_tensors:]), 0
 
     return rule
 
 
-def _scale_shift_rule(info, in_dims, x, alpha, beta):
-    return torch.ops.tierkit.scale_shift.default(_front(info, x, in_dims[0]), alpha, beta), 0
-
-
 def register() -> None:
-    ops = torch.ops.tierkit
-    for name in ("custom_add", "mul", "muladd"):
-        torch.library.register_vmap(f"tierkit::{name}", _binary_rule(getattr(ops, name).default))
-    torch.library.register_vmap("tierkit::scale_shift", _scale_shift_rule)
+    """A rule for every pointwise op of the op table (tierkit_core.op_table)."""
+    from tierkit_core.op_table import OPS
+
+    for entry in OPS:
+        op = getattr(torch.ops.tierkit, entry.name).default
+        torch.library.register_vmap(f"tierkit::{entry.name}", _pointwise_rule(op, len(entry.tensors)))

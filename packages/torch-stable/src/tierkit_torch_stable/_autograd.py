@@ -1,5 +1,6 @@
 """Autograd for the tierkit_stable ops, registered from Python: torch's stable
-C++ API has no autograd. Each functional op gets a torch.autograd.Function
+C++ API has no autograd. Derived from the op table (tierkit_core.op_table):
+its derivative formulas are evaluated with torch's ops. Each functional op gets a torch.autograd.Function
 registered as its Autograd kernel, with a backward (reverse mode) and a jvp
 (forward mode: torch.func.jvp, jacfwd, forward_ad), so both modes give real
 derivatives, never silent zeros. Formulas are written with torch ops, so they
@@ -17,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 import torch.autograd.forward_ad as fwAD
+from tierkit_core.op_table import OPS, OUT_WRITERS
 
 _ops = torch.ops.tierkit_stable
 
@@ -84,58 +86,39 @@ def _to_input(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torc
     return g if g.dtype == dtype else g.to(dtype)
 
 
-def _sum_tangents(*terms: Any) -> Any:
-    present = [t for t in terms if t is not None]
-    if not present:
-        return None
-    out = present[0]
-    for t in present[1:]:
-        out = out + t
-    return out
+# What a formula of the op table may call, bound to torch's functions.
+_FORMULA_SCOPE = {"sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu}
 
 
-def _scaled(t: Any, by: Any) -> Any:
-    return None if t is None else t * by
+def _formula(entry: Any, formula: str) -> Callable[..., Any]:
+    """An op table formula as a function of (grad, tensors..., scalars...)."""
+    params = ", ".join(("grad", *entry.tensors, *entry.scalars))
+    return eval(f"lambda {params}: {formula}", dict(_FORMULA_SCOPE))
 
 
-FUNCTIONS = {  # name: (autograd.Function, number of leading tensor arguments)
-    "custom_add": (
-        _function(
-            "custom_add", 2, lambda g, a, b: (g, g), lambda t, a, b: _sum_tangents(t[0], t[1]), saves=False
-        ),
-        2,
-    ),
-    "mul": (
-        _function(
-            "mul",
-            2,
-            lambda g, a, b: (g * b, g * a),
-            lambda t, a, b: _sum_tangents(_scaled(t[0], b), _scaled(t[1], a)),
-            saves=True,
-        ),
-        2,
-    ),
-    "muladd": (
-        _function(
-            "muladd",
-            2,
-            lambda g, a, b, c: (g * b, g * a),
-            lambda t, a, b, c: _sum_tangents(_scaled(t[0], b), _scaled(t[1], a)),
-            saves=True,
-        ),
-        2,
-    ),
-    "scale_shift": (
-        _function(
-            "scale_shift",
-            1,
-            lambda g, x, alpha, beta: (g * alpha,),
-            lambda t, x, alpha, beta: _scaled(t[0], alpha),
-            saves=False,
-        ),
-        1,
-    ),
-}
+def _derived(entry: Any) -> type[torch.autograd.Function]:
+    """The autograd.Function of an op table entry: backward applies each
+    input's derivative to the output's gradient; the tangent is each input's
+    derivative applied to its tangent, summed (auto_element_wise)."""
+    n = len(entry.tensors)
+    grads = [_formula(entry, entry.derivatives[t]) if t in entry.derivatives else None for t in entry.tensors]
+
+    def backward(grad: torch.Tensor, *args: Any) -> tuple:
+        return tuple(None if g is None else g(grad, *args) for g in grads)
+
+    def jvp(tangents: tuple, *args: Any) -> Any:
+        terms = [g(t, *args) for g, t in zip(grads, tangents) if g is not None and t is not None]
+        total = terms[0] if terms else None
+        for t in terms[1:]:
+            total = total + t
+        return total
+
+    return _function(entry.name, n, backward, jvp, saves=bool(entry.saved))
+
+
+FUNCTIONS = {
+    entry.name: (_derived(entry), len(entry.tensors)) for entry in OPS
+}  # name: (Function, tensor args)
 
 
 def _derivative_needed(tensors: tuple) -> str | None:
@@ -213,6 +196,6 @@ def _out_kernel(name: str, overload: str) -> Callable[..., Any]:
 def register(lib: torch.library.Library) -> None:
     for name, (fn, n_tensors) in FUNCTIONS.items():
         lib.impl(name, _functional_kernel(name, fn, n_tensors), "Autograd")
-    for name in ("custom_add", "mul", "scale_shift", "muladd"):
         lib.impl(f"{name}.out", _out_kernel(name, "out"), "Autograd")
-    lib.impl("add_out", _out_kernel("add_out", "default"), "Autograd")
+    for writer in OUT_WRITERS:
+        lib.impl(writer.name, _out_kernel(writer.name, "default"), "Autograd")

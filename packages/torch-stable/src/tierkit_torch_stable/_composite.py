@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
+from tierkit_core.op_table import OPS, OUT_WRITERS
 from tierkit_core.torch_fake import apply_out_rules
 
 _ops = torch.ops.tierkit_stable
@@ -27,14 +28,22 @@ def _out_kernel(name: str) -> Callable[..., Any]:
     return kernel
 
 
-def _add_out(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    # add_out never resizes: `out` must already have the result's shape.
-    result = _ops.custom_add.default(a, b)
-    apply_out_rules(torch, "tierkit_stable::add_out", out, result, resize=False)
-    return out.copy_(result)
+def _writer_kernel(name: str, of: str) -> Callable[..., Any]:
+    functional = getattr(_ops, of).default
+    op = f"tierkit_stable::{name}"
+
+    def kernel(*args: Any) -> torch.Tensor:
+        # A writer never resizes: `out` must already have the result's shape.
+        *inputs, out = args
+        result = functional(*inputs)
+        apply_out_rules(torch, op, out, result, resize=False)
+        return out.copy_(result)
+
+    return kernel
 
 
 def register(lib: torch.library.Library) -> None:
-    for name in ("custom_add", "mul", "muladd", "scale_shift"):
-        lib.impl(f"{name}.out", _out_kernel(name), "CompositeImplicitAutograd")
-    lib.impl("add_out", _add_out, "CompositeImplicitAutograd")
+    for entry in OPS:
+        lib.impl(f"{entry.name}.out", _out_kernel(entry.name), "CompositeImplicitAutograd")
+    for writer in OUT_WRITERS:
+        lib.impl(writer.name, _writer_kernel(writer.name, writer.of), "CompositeImplicitAutograd")

@@ -1,0 +1,65 @@
+// From the op table (tierkit/op_table.h) to the C++ functions the dispatcher
+// registers. An op of N tensor and M float arguments is registered as
+//   at::Tensor  f(const at::Tensor&... (N), double... (M))
+//   at::Tensor& f_out(const at::Tensor&..., double..., at::Tensor& out)
+// and each tier's generic implementation `Impl` receives the arguments as
+// arrays: Impl::functional(tensors, scalars), Impl::out(tensors, scalars, out,
+// name, resize). One template per tier and dispatch key instead of one
+// hand-written function per op.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <utility>
+
+namespace tierkit_torch {
+
+template <typename Info>
+inline constexpr std::size_t kTensors = std::tuple_size_v<std::decay_t<decltype(Info::tensors)>>;
+template <typename Info>
+inline constexpr std::size_t kScalars = std::tuple_size_v<std::decay_t<decltype(Info::scalars)>>;
+
+template <typename Info, std::size_t N = kTensors<Info>>
+using TensorArgs = std::array<const at::Tensor*, N>;
+template <typename Info, std::size_t M = kScalars<Info>>
+using ScalarArgs = std::array<double, M>;
+
+// "tierkit::<op>" and "tierkit::<op>.out", built once per op.
+template <typename Info>
+const char* qualified_name(bool out_overload) {
+  static const std::string functional = std::string("tierkit::") + Info::name;
+  static const std::string out = functional + ".out";
+  return out_overload ? out.c_str() : functional.c_str();
+}
+
+template <typename Impl, typename Tensors, typename Scalars>
+struct SignaturesOver;
+
+template <typename Impl, std::size_t... I, std::size_t... J>
+struct SignaturesOver<Impl, std::index_sequence<I...>, std::index_sequence<J...>> {
+  template <std::size_t>
+  using Tensor = const at::Tensor&;
+  template <std::size_t>
+  using Double = double;
+  using Info = typename Impl::Info;
+
+  static at::Tensor functional(Tensor<I>... t, Double<J>... s) { return Impl::functional({&t...}, {s...}); }
+  static at::Tensor& out(Tensor<I>... t, Double<J>... s, at::Tensor& out) {
+    return Impl::out({&t...}, {s...}, out, qualified_name<Info>(true), /*resize=*/true);
+  }
+  // A writer (add_out): the .out overload's signature under its own name,
+  // `out` never resized.
+  template <const char* Name>
+  static at::Tensor& writer(Tensor<I>... t, Double<J>... s, at::Tensor& out) {
+    return Impl::out({&t...}, {s...}, out, Name, /*resize=*/false);
+  }
+};
+
+template <typename Impl>
+using Signatures = SignaturesOver<Impl, std::make_index_sequence<kTensors<typename Impl::Info>>,
+                                  std::make_index_sequence<kScalars<typename Impl::Info>>>;
+
+}  // namespace tierkit_torch
