@@ -11,12 +11,15 @@
 
 #include <atomic>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "array_arg.h"
 #include "buffer.h"
 #include "tierkit/checks.h"
 #include "tierkit/kernels.h"
+#include "tierkit/op_table.h"
 
 namespace tierkit_bridge {
 
@@ -294,7 +297,7 @@ py::object run(const char* op, PyObject* const* slots, std::size_t count, const 
   }
 }
 
-// ---- the calling convention of the four ops ---------------------------------
+// ---- the calling convention of the ops ---------------------------------
 // They are METH_FASTCALL | METH_KEYWORDS functions, not pybind11 defs:
 // pybind11's dispatcher looks every keyword up by a C string decoded afresh
 // on each call, which made `out=` cost ~250 ns more than allocating (perf:
@@ -376,91 +379,89 @@ PyObject* call_op(const Signature& sig, PyObject* const* args, Py_ssize_t nargs,
   return nullptr;
 }
 
-constexpr Signature kAdd{"add", {"a", "b"}, 2};
-constexpr Signature kMul{"mul", {"a", "b"}, 2};
-constexpr Signature kScaleShift{"scale_shift", {"x", "alpha", "beta"}, 3};
-constexpr Signature kMulAdd{"muladd", {"a", "b", "c"}, 3};
+// Every op of the op table (tierkit/op_table.h): its signature (tensors,
+// then floats), arguments bound and converted, then core's functor F over
+// the operands' views. `Divert`: numpy's general path may take the call.
+template <typename Info>
+constexpr std::size_t kTensors = std::tuple_size_v<std::decay_t<decltype(Info::tensors)>>;
+template <typename Info>
+constexpr std::size_t kScalars = std::tuple_size_v<std::decay_t<decltype(Info::scalars)>>;
 
-template <bool Divert>
-PyObject* add(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  return call_op(kAdd, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
-    return run<Divert, 2>(kAdd.name, s, kAdd.count, {s[0], s[1]}, {"a", "b"}, out,
-                          [](const auto& in, const auto& o, unsigned t) {
-                            tierkit::kernels::add(in[0].view(), in[1].view(), o,
-                                                  tierkit::kernels::PoolRunner{t});
-                          });
-  });
-}
-template <bool Divert>
-PyObject* mul(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  return call_op(kMul, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
-    return run<Divert, 2>(kMul.name, s, kMul.count, {s[0], s[1]}, {"a", "b"}, out,
-                          [](const auto& in, const auto& o, unsigned t) {
-                            tierkit::kernels::mul(in[0].view(), in[1].view(), o,
-                                                  tierkit::kernels::PoolRunner{t});
-                          });
-  });
-}
-template <bool Divert>
-PyObject* scale_shift(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  return call_op(kScaleShift, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
-    const double alpha = real_argument(s[1], kScaleShift, "alpha");
-    const double beta = real_argument(s[2], kScaleShift, "beta");
-    return run<Divert, 1>(kScaleShift.name, s, kScaleShift.count, {s[0]}, {"x"}, out,
-                          [alpha, beta](const auto& in, const auto& o, unsigned t) {
-                            tierkit::kernels::scale_shift(in[0].view(), alpha, beta, o,
-                                                          tierkit::kernels::PoolRunner{t});
-                          });
-  });
-}
-template <bool Divert>
-PyObject* muladd(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  return call_op(kMulAdd, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
-    const double c = real_argument(s[2], kMulAdd, "c");
-    return run<Divert, 2>(kMulAdd.name, s, kMulAdd.count, {s[0], s[1]}, {"a", "b"}, out,
-                          [c](const auto& in, const auto& o, unsigned t) {
-                            tierkit::kernels::muladd(in[0].view(), in[1].view(), c, o,
-                                                     tierkit::kernels::PoolRunner{t});
-                          });
-  });
+// The k-th parameter's name: the tensors, then the floats.
+template <typename Info>
+constexpr const char* param(std::size_t k) {
+  return k < kTensors<Info> ? Info::tensors[k] : Info::scalars[k - kTensors<Info>];
 }
 
-// The text signatures (before "--") are what inspect.signature and stubtest read.
-#define TIERKIT_FASTCALL(fn) reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fn))
+template <typename Info, template <typename> class F, bool Divert, typename Tensors, typename Scalars>
+struct BridgeOp;
+
+template <typename Info, template <typename> class F, bool Divert, std::size_t... I, std::size_t... J>
+struct BridgeOp<Info, F, Divert, std::index_sequence<I...>, std::index_sequence<J...>> {
+  static constexpr std::size_t N = sizeof...(I), M = sizeof...(J);
+  static_assert(N + M <= 3, "Signature holds three parameters; widen it for a longer op");
+  static constexpr Signature kSig{Divert ? Info::bridge_name : Info::bridge_exact_name,
+                                  {param<Info>(I)..., param<Info>(N + J)...},
+                                  N + M};
+
+  static PyObject* call(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+    return call_op(kSig, args, nargs, kwnames, [](PyObject** s, const py::object& out) {
+      const std::array<double, M> scalars{real_argument(s[N + J], kSig, Info::scalars[J])...};
+      static constexpr const char* names[N] = {Info::tensors[I]...};
+      return run<Divert, N>(kSig.name, s, kSig.count, {s[I]...}, names, out,
+                            [&](const auto& in, const tierkit::TensorView& o, unsigned t) {
+                              const std::array<tierkit::TensorView, N> views{in[I].view()...};
+                              const std::array<const tierkit::TensorView*, N> ptrs{&views[I]...};
+                              tierkit::kernels::pointwise<F>(ptrs, Info::tensors, scalars, o,
+                                                             tierkit::kernels::PoolRunner{t});
+                            });
+    });
+  }
+};
+
+template <typename Info, template <typename> class F, bool Divert>
+constexpr PyCFunction bridge_function() {
+  using Op = BridgeOp<Info, F, Divert, std::make_index_sequence<kTensors<Info>>,
+                      std::make_index_sequence<kScalars<Info>>>;
+  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&Op::call));
+}
+
+// The functions (one per op, and its exact twin, which numpy's general path
+// (_numpy_rules) calls with operands it made fit: same code, no diversion).
 PyMethodDef kOpMethods[] = {
-    {"add", TIERKIT_FASTCALL(add<true>), METH_FASTCALL | METH_KEYWORDS,
-     "add($module, a, b, *, out=None)\n--\n\n"
-     "a + b elementwise, with numpy's broadcasting, promotion (np.result_type) and scalars; masked\n"
-     "arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under\n"
-     "same_kind); else returns a new array in numpy's K order presented like ``a``: numpy for numpy,\n"
-     "torch for torch, a Buffer otherwise (zero-copy each way)."},
-    {"mul", TIERKIT_FASTCALL(mul<true>), METH_FASTCALL | METH_KEYWORDS,
-     "mul($module, a, b, *, out=None)\n--\n\na * b elementwise; same rules as add."},
-    {"scale_shift", TIERKIT_FASTCALL(scale_shift<true>), METH_FASTCALL | METH_KEYWORDS,
-     "scale_shift($module, x, alpha, beta, *, out=None)\n--\n\n"
-     "alpha * x + beta elementwise, one pass; same rules as add."},
-    {"muladd", TIERKIT_FASTCALL(muladd<true>), METH_FASTCALL | METH_KEYWORDS,
-     "muladd($module, a, b, c, *, out=None)\n--\n\n"
-     "a * b + c elementwise (c a scalar), one pass; same rules as add."},
-    // The exact twins numpy's general path (_numpy_rules) calls with operands
-    // it made fit: same code, no diversion.
-    {"_add_exact", TIERKIT_FASTCALL(add<false>), METH_FASTCALL | METH_KEYWORDS,
-     "_add_exact($module, a, b, *, out=None)\n--\n\nadd without numpy's general path."},
-    {"_mul_exact", TIERKIT_FASTCALL(mul<false>), METH_FASTCALL | METH_KEYWORDS,
-     "_mul_exact($module, a, b, *, out=None)\n--\n\nmul without numpy's general path."},
-    {"_scale_shift_exact", TIERKIT_FASTCALL(scale_shift<false>), METH_FASTCALL | METH_KEYWORDS,
-     "_scale_shift_exact($module, x, alpha, beta, *, out=None)\n--\n\nscale_shift without numpy's general "
-     "path."},
-    {"_muladd_exact", TIERKIT_FASTCALL(muladd<false>), METH_FASTCALL | METH_KEYWORDS,
-     "_muladd_exact($module, a, b, c, *, out=None)\n--\n\nmuladd without numpy's general path."},
+#define TIERKIT_BRIDGE_METHODS(name, Functor, n_tensors, n_scalars)                                              \
+  {tierkit::op_info::name::bridge_name, bridge_function<tierkit::op_info::name, tierkit::kernels::Functor##Op, true>(), \
+   METH_FASTCALL | METH_KEYWORDS, tierkit::op_info::name::bridge_doc},                                            \
+      {tierkit::op_info::name::bridge_exact_name,                                                                 \
+       bridge_function<tierkit::op_info::name, tierkit::kernels::Functor##Op, false>(), METH_FASTCALL | METH_KEYWORDS, \
+       tierkit::op_info::name::bridge_exact_doc},
+    TIERKIT_POINTWISE_OPS(TIERKIT_BRIDGE_METHODS)
+#undef TIERKIT_BRIDGE_METHODS
     {nullptr, nullptr, 0, nullptr},
 };
-#undef TIERKIT_FASTCALL
+
+// Each op's tensor and float parameters, by its bridge name: what numpy's
+// general path needs to know of it.
+py::dict op_parameters() {
+  py::dict table;
+#define TIERKIT_BRIDGE_PARAMS(name, Functor, n_tensors, n_scalars)                              \
+  {                                                                                         \
+    py::list tensors, scalars;                                                              \
+    for (const char* t : tierkit::op_info::name::tensors) tensors.append(t);                \
+    for (const char* x : tierkit::op_info::name::scalars) scalars.append(x);                \
+    table[tierkit::op_info::name::bridge_name] = py::make_tuple(py::tuple(tensors), py::tuple(scalars)); \
+  }
+  TIERKIT_POINTWISE_OPS(TIERKIT_BRIDGE_PARAMS)
+#undef TIERKIT_BRIDGE_PARAMS
+  return table;
+}
 
 }  // namespace
 
 void bind_ops(py::module_& m) {
   if (PyModule_AddFunctions(m.ptr(), kOpMethods) != 0) throw py::error_already_set();
+  m.def("_op_parameters", &op_parameters,
+        "Each op's (tensor parameters, float parameters), by name: from the op table.");
 
   m.def(
       "vector_add_list",

@@ -87,10 +87,23 @@ struct MulAddF {
   C c;
   __device__ C operator()(C a, C b) const { return add_rn(mul_rn(a, b), c); }
 };
-// PLACEHOLDER until the CUDA silu_mul functor lands.
+// silu(a) * b with core's formula (kernels.h SiluMulOp) and ATen's CUDA
+// silu's: a / (1 + exp(-a)), then * b; 16-bit types round once from float.
+// expf/exp are CUDA's accurate ones (2 ulp / 1 ulp; not __expf, whose error
+// grows with |x|: 2 + 1.17|x| ulp); the division is IEEE round-to-nearest
+// (__fdiv_rn/__ddiv_rn, whatever -prec-div says). exp's polynomial and the
+// division's refinement use FFMA/DFMA internally (as eager's kernel does),
+// so this functor's kernels cannot pass the no-FFMA rule of
+// tests/test_sass.py, which is about a*b+c rounding twice where an op
+// promises eager's roundings; the 1 + e, the division and * b here are
+// still the separately rounded _rn forms.
 template <typename C>
 struct SiluMulF {
-  __device__ C operator()(C a, C b) const { return a / (C(1) + exp(-a)) * b; }
+  static __device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+  static __device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
+  static __device__ __forceinline__ float exp_(float x) { return expf(x); }
+  static __device__ __forceinline__ double exp_(double x) { return exp(x); }
+  __device__ C operator()(C a, C b) const { return mul_rn(div_rn(a, add_rn(C(1), exp_(-a))), b); }
 };
 
 template <typename T, int N>

@@ -52,6 +52,12 @@ namespace op_info {
 struct custom_add {
   static constexpr const char* name = "custom_add";
   static constexpr const char* node_name = "CustomAddBackward0";
+  // The numpy bridge's function and its docstring (text signature first:
+  // inspect.signature and stubtest read it), and its exact twin's.
+  static constexpr const char* bridge_name = "add";
+  static constexpr const char* bridge_exact_name = "_add_exact";
+  static constexpr const char* bridge_doc = "add($module, a, b, *, out=None)\n--\n\na + b elementwise, with numpy's broadcasting, promotion (np.result_type) and scalars; masked arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under same_kind); else returns a new array in numpy's K order presented like the first input: numpy for numpy, torch for torch, a Buffer otherwise (zero-copy each way).";
+  static constexpr const char* bridge_exact_doc = "_add_exact($module, a, b, *, out=None)\n--\n\nadd without numpy's general path.";
   static constexpr std::array<const char*, 2> tensors = {"a", "b"};
   static constexpr std::array<const char*, 0> scalars = {};
   static constexpr std::array<bool, 2> differentiable = {true, true};
@@ -75,6 +81,12 @@ struct custom_add {
 struct mul {
   static constexpr const char* name = "mul";
   static constexpr const char* node_name = "MulBackward0";
+  // The numpy bridge's function and its docstring (text signature first:
+  // inspect.signature and stubtest read it), and its exact twin's.
+  static constexpr const char* bridge_name = "mul";
+  static constexpr const char* bridge_exact_name = "_mul_exact";
+  static constexpr const char* bridge_doc = "mul($module, a, b, *, out=None)\n--\n\na * b elementwise, with numpy's broadcasting, promotion (np.result_type) and scalars; masked arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under same_kind); else returns a new array in numpy's K order presented like the first input: numpy for numpy, torch for torch, a Buffer otherwise (zero-copy each way).";
+  static constexpr const char* bridge_exact_doc = "_mul_exact($module, a, b, *, out=None)\n--\n\nmul without numpy's general path.";
   static constexpr std::array<const char*, 2> tensors = {"a", "b"};
   static constexpr std::array<const char*, 0> scalars = {};
   static constexpr std::array<bool, 2> differentiable = {true, true};
@@ -98,6 +110,12 @@ struct mul {
 struct scale_shift {
   static constexpr const char* name = "scale_shift";
   static constexpr const char* node_name = "ScaleShiftBackward0";
+  // The numpy bridge's function and its docstring (text signature first:
+  // inspect.signature and stubtest read it), and its exact twin's.
+  static constexpr const char* bridge_name = "scale_shift";
+  static constexpr const char* bridge_exact_name = "_scale_shift_exact";
+  static constexpr const char* bridge_doc = "scale_shift($module, x, alpha, beta, *, out=None)\n--\n\nalpha * x + beta elementwise, one pass, with numpy's broadcasting, promotion (np.result_type) and scalars; masked arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under same_kind); else returns a new array in numpy's K order presented like the first input: numpy for numpy, torch for torch, a Buffer otherwise (zero-copy each way).";
+  static constexpr const char* bridge_exact_doc = "_scale_shift_exact($module, x, alpha, beta, *, out=None)\n--\n\nscale_shift without numpy's general path.";
   static constexpr std::array<const char*, 1> tensors = {"x"};
   static constexpr std::array<const char*, 2> scalars = {"alpha", "beta"};
   static constexpr std::array<bool, 1> differentiable = {true};
@@ -120,6 +138,12 @@ struct scale_shift {
 struct muladd {
   static constexpr const char* name = "muladd";
   static constexpr const char* node_name = "MulAddBackward0";
+  // The numpy bridge's function and its docstring (text signature first:
+  // inspect.signature and stubtest read it), and its exact twin's.
+  static constexpr const char* bridge_name = "muladd";
+  static constexpr const char* bridge_exact_name = "_muladd_exact";
+  static constexpr const char* bridge_doc = "muladd($module, a, b, c, *, out=None)\n--\n\na * b + c elementwise (c a number), one pass, with numpy's broadcasting, promotion (np.result_type) and scalars; masked arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under same_kind); else returns a new array in numpy's K order presented like the first input: numpy for numpy, torch for torch, a Buffer otherwise (zero-copy each way).";
+  static constexpr const char* bridge_exact_doc = "_muladd_exact($module, a, b, c, *, out=None)\n--\n\nmuladd without numpy's general path.";
   static constexpr std::array<const char*, 2> tensors = {"a", "b"};
   static constexpr std::array<const char*, 1> scalars = {"c"};
   static constexpr std::array<bool, 2> differentiable = {true, true};
@@ -143,6 +167,12 @@ struct muladd {
 struct silu_mul {
   static constexpr const char* name = "silu_mul";
   static constexpr const char* node_name = "SiluMulBackward0";
+  // The numpy bridge's function and its docstring (text signature first:
+  // inspect.signature and stubtest read it), and its exact twin's.
+  static constexpr const char* bridge_name = "silu_mul";
+  static constexpr const char* bridge_exact_name = "_silu_mul_exact";
+  static constexpr const char* bridge_doc = "silu_mul($module, a, b, *, out=None)\n--\n\nsilu(a) * b elementwise, the gate of SwiGLU, with numpy's broadcasting, promotion (np.result_type) and scalars; masked arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under same_kind); else returns a new array in numpy's K order presented like the first input: numpy for numpy, torch for torch, a Buffer otherwise (zero-copy each way).";
+  static constexpr const char* bridge_exact_doc = "_silu_mul_exact($module, a, b, *, out=None)\n--\n\nsilu_mul without numpy's general path.";
   static constexpr std::array<const char*, 2> tensors = {"a", "b"};
   static constexpr std::array<const char*, 0> scalars = {};
   static constexpr std::array<bool, 2> differentiable = {true, true};

@@ -65,6 +65,7 @@ class Op:
     partial_when: str = ""
     autocast: str = "promote"
     backward_node: str = ""  # the node's name when the default (CamelCase of name) reads wrong
+    bridge_name: str = ""  # the numpy bridge's name for it, when not `name`
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -81,6 +82,11 @@ class Op:
     @property
     def out_schema(self) -> str:
         return f"{self.name}.out({self.args}, *, Tensor(a!) out) -> Tensor(a!)"
+
+    @property
+    def bridge(self) -> str:
+        """The function's name in tierkit_bridge."""
+        return self.bridge_name or self.name
 
     @property
     def node_name(self) -> str:
@@ -123,6 +129,7 @@ OPS: tuple[Op, ...] = (
         reference="a + b",
         derivatives={"a": "grad", "b": "grad"},
         additive=True,
+        bridge_name="add",  # the bridge's name for it since its first release
     ),
     Op(
         name="mul",

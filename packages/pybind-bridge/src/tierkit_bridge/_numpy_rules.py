@@ -25,8 +25,9 @@ from . import _bridge
 
 ACCEPTED = ("float32", "float64", "float16", "bfloat16")
 _ACCEPTED_TEXT = "float32, float64, float16 or bfloat16"
-# Each op's array parameters, in order; the rest of its arguments are scalars.
-_ARRAYS = {"add": ("a", "b"), "mul": ("a", "b"), "scale_shift": ("x",), "muladd": ("a", "b")}
+# Each op's array parameters, in order (the op table's tensors); the rest of
+# its arguments are scalars.
+_ARRAYS = {name: tensors for name, (tensors, _) in _bridge._op_parameters().items()}
 _SCALARS = (bool, int, float, complex)
 
 
