@@ -3,7 +3,7 @@ AOT dispatch agree with the real kernels on a spread of inputs."""
 
 import pytest
 import torch
-from reference import ALPHA, BETA, C
+from reference import ALPHA, ARITY, BETA, C, scalars
 
 
 def samples(gen):
@@ -43,6 +43,18 @@ def samples(gen):
             {"out": torch.empty(2, 5, dtype=dtype)},
         )
         yield ("muladd.out", (r(3, dtype=dtype), r(3, dtype=dtype), C), {"out": torch.empty(3, dtype=dtype)})
+    # Every op of the op table from its entry alone (a new entry is checked
+    # with no new test code): both dtypes and grad, a broadcast, channels_last,
+    # a promotion, and its .out overload.
+    for op, n in ARITY.items():
+        s = scalars(op)
+        for grad in (False, True):
+            for dtype in (torch.float32, torch.float64):
+                yield (op, (*[r(3, 4, dtype=dtype, grad=grad) for _ in range(n)], *s))
+        yield (op, (r(3, 1, grad=True), *[r(4) for _ in range(n - 1)], *s))
+        yield (op, (*[r(2, 3, 4, 5).to(memory_format=torch.channels_last) for _ in range(n)], *s))
+        yield (op, (r(5, dtype=torch.bfloat16), *[r(5) for _ in range(n - 1)], *s))
+        yield (f"{op}.out", (*[r(4, 3) for _ in range(n)], *s), {"out": torch.empty(4, 3)})
 
 
 SAMPLES = list(samples(torch.Generator().manual_seed(0)))

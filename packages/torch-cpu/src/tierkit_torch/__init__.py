@@ -26,7 +26,7 @@ if not _loader.jit_requested():
 
 from . import ops
 
-# Every op's typed face (tierkit_torch.ops) also here: tierkit_torch.silu_mul.
+# Every op's typed face (tierkit_torch.ops) also here, as tierkit_torch.<op>.
 globals().update({name: getattr(ops, name) for name in ops.__all__})
 __all__ = ["get_include", "library_path", "ops", *ops.__all__]
 

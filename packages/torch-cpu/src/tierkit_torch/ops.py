@@ -3,7 +3,7 @@ the op table (``tierkit_core.op_table``): ``name(tensors..., floats..., *,
 out=None)`` over ``torch.ops.tierkit.*``. The dispatcher picks the kernel
 (CPU here, CUDA from tierkit-cuda, fake under ``torch.compile``), so these
 add only the signature, the float arguments' checks and documentation
-(``help(tierkit_torch.ops.silu_mul)``).
+(``help(tierkit_torch.ops.<op>)``).
 """
 
 from __future__ import annotations

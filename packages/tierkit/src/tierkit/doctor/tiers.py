@@ -63,15 +63,17 @@ TIERS = [
     ),
 ]
 
-OPS = ["custom_add", "scale_shift", "muladd", "mul", "add_out"]
 KEYS = ["CPU", "CUDA", "Meta", "Autograd"]
 
+# Which kernels each op of the op table (tierkit_core.op_table, installed
+# with every torch tier) has, asked of the loaded library in a subprocess.
 OPS_PROBE = r"""
 import json, torch, {module}
-ops = {ops!r}
+from tierkit_core.op_table import OPS, OUT_WRITERS
+ops = [op.name for op in OPS] + [w.name for w in OUT_WRITERS]
 has = torch._C._dispatch_has_kernel_for_dispatch_key
 keys = {{op: [k for k in {keys!r} if has("{ns}::" + op, k)] for op in ops if torch._C._dispatch_has_kernel("{ns}::" + op) or hasattr(torch.ops.{ns}, op)}}
-print(json.dumps(keys))
+print(json.dumps({{"ops": ops, "keys": keys}}))
 """
 
 
@@ -156,14 +158,13 @@ def tier_checks(tier: TierInfo, torch_info: dict | None) -> list[Check]:
             )
         else:
             checks.append(ok(f"{name} ABI", f"CXX11 ABI {info['CXX11_ABI']} (same as torch)"))
-    keys, result = probe.python_json(
-        OPS_PROBE.format(module=tier.module, ops=OPS, keys=KEYS, ns=tier.namespace)
-    )
-    if keys is None:
+    found, result = probe.python_json(OPS_PROBE.format(module=tier.module, keys=KEYS, ns=tier.namespace))
+    if found is None:
         checks.append(fail(f"{name} ops", probe.tail(result.stderr), "reinstall the tier"))
     else:
+        keys = found["keys"]
         summary = ", ".join(f"{op}[{'/'.join(k)}]" for op, k in keys.items())
-        missing = [op for op in OPS if op not in keys]
+        missing = [op for op in found["ops"] if op not in keys]
         expected_key = "CUDA" if tier.module == "tierkit_cuda" else "CPU"
         lacking = [op for op, k in keys.items() if expected_key not in k]
         if missing or lacking:
