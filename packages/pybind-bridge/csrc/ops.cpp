@@ -429,26 +429,27 @@ constexpr PyCFunction bridge_function() {
 // The functions (one per op, and its exact twin, which numpy's general path
 // (_numpy_rules) calls with operands it made fit: same code, no diversion).
 PyMethodDef kOpMethods[] = {
-#define TIERKIT_BRIDGE_METHODS(name, Functor, n_tensors, n_scalars)                                              \
-  {tierkit::op_info::name::bridge_name, bridge_function<tierkit::op_info::name, tierkit::kernels::Functor##Op, true>(), \
-   METH_FASTCALL | METH_KEYWORDS, tierkit::op_info::name::bridge_doc},                                            \
-      {tierkit::op_info::name::bridge_exact_name,                                                                 \
-       bridge_function<tierkit::op_info::name, tierkit::kernels::Functor##Op, false>(), METH_FASTCALL | METH_KEYWORDS, \
-       tierkit::op_info::name::bridge_exact_doc},
+#define TIERKIT_BRIDGE_METHODS(name, Functor, n_tensors, n_scalars)                     \
+  {tierkit::op_info::name::bridge_name,                                                 \
+   bridge_function<tierkit::op_info::name, tierkit::kernels::Functor##Op, true>(),      \
+   METH_FASTCALL | METH_KEYWORDS, tierkit::op_info::name::bridge_doc},                  \
+      {tierkit::op_info::name::bridge_exact_name,                                       \
+       bridge_function<tierkit::op_info::name, tierkit::kernels::Functor##Op, false>(), \
+       METH_FASTCALL | METH_KEYWORDS, tierkit::op_info::name::bridge_exact_doc},
     TIERKIT_POINTWISE_OPS(TIERKIT_BRIDGE_METHODS)
 #undef TIERKIT_BRIDGE_METHODS
-    {nullptr, nullptr, 0, nullptr},
+        {nullptr, nullptr, 0, nullptr},
 };
 
 // Each op's tensor and float parameters, by its bridge name: what numpy's
 // general path needs to know of it.
 py::dict op_parameters() {
   py::dict table;
-#define TIERKIT_BRIDGE_PARAMS(name, Functor, n_tensors, n_scalars)                              \
-  {                                                                                         \
-    py::list tensors, scalars;                                                              \
-    for (const char* t : tierkit::op_info::name::tensors) tensors.append(t);                \
-    for (const char* x : tierkit::op_info::name::scalars) scalars.append(x);                \
+#define TIERKIT_BRIDGE_PARAMS(name, Functor, n_tensors, n_scalars)                                       \
+  {                                                                                                      \
+    py::list tensors, scalars;                                                                           \
+    for (const char* t : tierkit::op_info::name::tensors) tensors.append(t);                             \
+    for (const char* x : tierkit::op_info::name::scalars) scalars.append(x);                             \
     table[tierkit::op_info::name::bridge_name] = py::make_tuple(py::tuple(tensors), py::tuple(scalars)); \
   }
   TIERKIT_POINTWISE_OPS(TIERKIT_BRIDGE_PARAMS)

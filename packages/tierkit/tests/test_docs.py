@@ -443,9 +443,9 @@ def test_readme_names_every_session_that_takes_pytest_options():
 
 
 def test_schema_tables_are_core_op_schemas():
-    # A schema table in a page quotes core's list (tierkit/op_schemas.h), which
-    # both torch tiers register; add_out's return once drifted from it.
-    header = (ROOT / "packages/cpp-core/include/tierkit/op_schemas.h").read_text()
+    # A schema table in a page quotes the op table's list (tierkit/op_table.h,
+    # generated), which both torch tiers register; add_out's return once drifted from it.
+    header = (ROOT / "packages/cpp-core/include/tierkit/op_table.h").read_text()
     schemas = set(re.findall(r'^\s*"([^"]+)",', header, re.MULTILINE))
     assert "custom_add(Tensor a, Tensor b) -> Tensor" in schemas
     quoted = 0
@@ -454,5 +454,5 @@ def test_schema_tables_are_core_op_schemas():
             r"^\| `\w+` \| `([a-z_.]+\(.*?\) -> [^`]*)`", (ROOT / page).read_text(), re.MULTILINE
         ):
             quoted += 1
-            assert row in schemas, f"{page}: `{row}` is not in core's op_schemas.h"
+            assert row in schemas, f"{page}: `{row}` is not in core's op_table.h"
     assert quoted >= 5

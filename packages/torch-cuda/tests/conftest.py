@@ -1,20 +1,17 @@
 import pytest
 import tierkit_cuda  # noqa: F401  (loads tierkit_torch, then the CUDA kernels)
 import torch
+from tierkit_core.op_table import OPS as TABLE
+from tierkit_core.op_table import OUT_WRITERS
 
 HAS_GPU = torch.cuda.is_available()
 gpu = pytest.mark.skipif(
     not HAS_GPU, reason="no CUDA device here (torch.cuda.is_available() is False); these run where a GPU is"
 )
+# Every op of the op table, its .out overload and the writers (add_out).
 OPS = [
-    "custom_add",
-    "mul",
-    "scale_shift",
-    "muladd",
-    "add_out",
-    "custom_add.out",
-    "mul.out",
-    "scale_shift.out",
-    "muladd.out",
+    *(op.name for op in TABLE),
+    *(w.name for w in OUT_WRITERS),
+    *(f"{op.name}.out" for op in TABLE),
 ]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]

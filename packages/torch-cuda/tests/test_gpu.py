@@ -4,33 +4,38 @@ import pytest
 import tierkit_cuda
 import torch
 from conftest import DTYPES, gpu
+from tierkit_core.op_table import OPS, find
 
 pytestmark = gpu
 ops = torch.ops.tierkit
-ALPHA, BETA, C = 1.75, -0.5, 0.25
+# The op table drives these tests as it drives torch-cpu's: each entry's
+# reference formula, scalars and tolerance (tierkit_core.op_table).
+SCALARS = {"alpha": 1.75, "beta": -0.5, "c": 0.25}
+ALPHA, BETA, C = SCALARS["alpha"], SCALARS["beta"], SCALARS["c"]
+ARITY = {op.name: len(op.tensors) for op in OPS}
+_SCOPE = {"silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid}
+
+
+def scalars(op):
+    return [SCALARS.get(s, 0.5) for s in find(op).scalars]
 
 
 def expected(op, *inputs):
     """16-bit types in float32, rounded once, like the kernels."""
     dtype = inputs[0].dtype
     x = [t if dtype == torch.float64 else t.float() for t in inputs]
-    return {
-        "custom_add": lambda: x[0] + x[1],
-        "mul": lambda: x[0] * x[1],
-        "scale_shift": lambda: ALPHA * x[0] + BETA,
-        "muladd": lambda: x[0] * x[1] + C,
-    }[op]().to(dtype)
+    entry = find(op)
+    names = {**dict(zip(entry.tensors, x)), **dict(zip(entry.scalars, scalars(op)))}
+    return eval(entry.reference, dict(_SCOPE), names).to(dtype)
+
+
+def tolerance(op, dtype):
+    info = torch.finfo(dtype)
+    return {"rtol": find(op).ulps * info.eps, "atol": find(op).ulps * info.tiny}
 
 
 def call(op, *inputs):
-    if op == "scale_shift":
-        return ops.scale_shift(inputs[0], ALPHA, BETA)
-    if op == "muladd":
-        return ops.muladd(inputs[0], inputs[1], C)
-    return getattr(ops, op)(*inputs)
-
-
-ARITY = {"custom_add": 2, "mul": 2, "scale_shift": 1, "muladd": 2}
+    return getattr(ops, op)(*inputs, *scalars(op))
 
 
 def layouts(dtype):
@@ -57,7 +62,7 @@ def test_matches_torch(op, dtype):
         assert got.device == inputs[0].device and got.dtype == dtype, name
         if name in ("channels_last", "transposed"):  # dense layouts are kept, as aten keeps them
             assert got.stride() == inputs[0].stride(), name
-        torch.testing.assert_close(got, expected(op, *inputs), rtol=0, atol=0, msg=f"{op} {name}")
+        torch.testing.assert_close(got, expected(op, *inputs), msg=f"{op} {name}", **tolerance(op, dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -145,13 +150,10 @@ def test_gradcheck_float64():
 def test_opcheck(op):
     a = torch.randn(8, 3, device="cuda")
     b = torch.randn(8, 3, device="cuda")
-    args = {
-        "custom_add": (a.requires_grad_(), b),
-        "mul": (a, b),
-        "scale_shift": (a, 2.0, 1.0),
-        "muladd": (a, b, 0.5),
-        "add_out": (a.detach(), b, torch.empty_like(b)),
-    }[op]
+    if op == "add_out":
+        args = (a, b, torch.empty_like(b))
+    else:
+        args = (a.requires_grad_(), b, *scalars(op)) if ARITY[op] == 2 else (a.requires_grad_(), *scalars(op))
     result = torch.library.opcheck(getattr(ops, op).default, args)
     assert all(v == "SUCCESS" for v in result.values()), result
 
