@@ -113,6 +113,7 @@ def _dtensor_worker(rank):
         record(f"mul {placement}", ops.mul(da, db), a * b)
         record(f"scale_shift {placement}", ops.scale_shift(da, 2.0, 1.0), 2 * a + 1)
         record(f"muladd {placement}", ops.muladd(da, db, 0.5), a * b + 0.5)
+        record(f"silu_mul {placement}", ops.silu_mul(da, db), torch.nn.functional.silu(a) * b)
 
     # Partial: each rank holds a share whose sum is the value.
     share_a, share_b = a * (rank + 1) / 3, b * (rank + 1) / 3  # shares 1/3 and 2/3
@@ -125,6 +126,9 @@ def _dtensor_worker(rank):
     record("scale_shift P beta=1", ops.scale_shift(pa, 2.0, 1.0), 2 * a + 1)
     record("scale_shift P beta=0", ops.scale_shift(pa, 2.0, 0.0), 2 * a)
     record("muladd P*R c=0.5", ops.muladd(pa, ra, 0.5), a * a + 0.5)
+    # silu(a) * b: linear in b only.
+    record("silu_mul R*P", ops.silu_mul(ra, pb), torch.nn.functional.silu(a) * b)
+    record("silu_mul P*R", ops.silu_mul(pa, ra), torch.nn.functional.silu(a) * a)
     return out
 
 
@@ -135,7 +139,7 @@ def test_dtensor_placements_and_values():
     wrong = {k: v for k, v in results.items() if not v[1]}
     assert not wrong, f"values differ from one process: {wrong}"
     # Matching Shard/Replicate placements pass through unchanged (no redistribution).
-    for op in ("custom_add", "mul", "scale_shift", "muladd"):
+    for op in ("custom_add", "mul", "scale_shift", "muladd", "silu_mul"):
         for placement in ("S(0)", "S(1)", "R"):
             got = results[f"{op} {placement}"][0]
             assert got == [placement], (op, placement, got)
@@ -145,6 +149,8 @@ def test_dtensor_placements_and_values():
     assert results["mul P*R"][0] == ["P(sum)"]
     assert results["scale_shift P beta=1"][0] != ["P(sum)"]
     assert results["muladd P*R c=0.5"][0] != ["P(sum)"]
+    assert results["silu_mul R*P"][0] == ["P(sum)"]
+    assert results["silu_mul P*R"][0] != ["P(sum)"]
 
 
 # ---- DDP ---------------------------------------------------------------------------
