@@ -19,6 +19,10 @@ assert (pathlib.Path(tierkit_core.get_include()) / "tierkit" / "core.h").is_file
 assert (pathlib.Path(tierkit_core.get_cmake_dir()) / "tierkit_coreConfig.cmake").is_file()
 print("tierkit_core", tierkit_core.__version__, "ok")
 """
+SMOKE_COMMON = """
+import tierkit_torch_common.build, tierkit_torch_common.fake
+print("tierkit_torch_common", tierkit_torch_common.__version__, "ok")
+"""
 SMOKE_BRIDGE = """
 import array, tierkit_bridge
 a = array.array("f", [1.0, 2.0, 3.0])
@@ -111,11 +115,21 @@ TIERS: dict[str, Tier] = {
             smoke=SMOKE_BRIDGE,
             public_build_requires=("scikit-build-core>=1.1", "pybind11>=3.0"),
         ),
+        # Pure Python: the torch tiers' shared helpers (build facts, fakes, faces).
+        Tier(
+            "common",
+            "packages/torch-common",
+            "tierkit_torch_common",
+            needs=("core",),
+            requirements=(BASE, TORCH),
+            smoke=SMOKE_COMMON,
+            public_build_requires=("hatchling>=1.27",),
+        ),
         Tier(
             "torch",
             "packages/torch-cpu",
             "tierkit_torch",
-            needs=("core",),
+            needs=("core", "common"),
             requirements=(BASE, TORCH),
             sanitized=Sanitized(
                 pip_args=(),  # setup.py reads TIERKIT_SANITIZE
@@ -136,7 +150,7 @@ TIERS: dict[str, Tier] = {
             "cuda",
             "packages/torch-cuda",
             "tierkit_cuda",
-            needs=("core", "torch"),
+            needs=("core", "common", "torch"),
             requirements=(BASE, TORCH),
             cuda=True,
             smoke=SMOKE_CUDA,
@@ -147,7 +161,7 @@ TIERS: dict[str, Tier] = {
             "packages/torch-stable",
             "tierkit_torch_stable",
             kind="stable-abi",
-            needs=("core",),
+            needs=("core", "common"),
             requirements=(BASE, TORCH),
             smoke=SMOKE_STABLE,
             runtime_torch=True,
@@ -165,7 +179,7 @@ TIERS: dict[str, Tier] = {
 }
 
 # The cross-tier tests in tests/ use these tiers.
-CROSS_TIERS = ("core", "bridge", "torch")
+CROSS_TIERS = ("core", "bridge", "common", "torch")
 
 
 def with_deps(name: str) -> list[str]:

@@ -20,7 +20,7 @@ import tierkit_core
 import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from tierkit_core.torch_build import (
+from tierkit_torch_common.build import (
     debug_info_flags,
     python_free,
     remove_stale_python_modules,
@@ -82,7 +82,11 @@ remove_stale_python_modules(HERE, "tierkit_torch")
 
 setup(
     # The torch release compiled against, exactly; core for JIT builds' headers.
-    install_requires=[torch_requirement(torch), f"tierkit-core=={VERSION}"],
+    install_requires=[
+        torch_requirement(torch),
+        f"tierkit-core=={VERSION}",
+        f"tierkit-torch-common=={VERSION}",
+    ],
     ext_modules=[
         python_free(
             CppExtension(

@@ -53,7 +53,7 @@ if not CUDA_HOME or not nvcc.exists():
 
 import tierkit_core  # noqa: E402  (core's headers: dtypes, checks)
 import tierkit_torch  # noqa: E402  (for its shared checks header)
-from tierkit_core.torch_build import (  # noqa: E402
+from tierkit_torch_common.build import (  # noqa: E402
     debug_info_flags,
     python_free,
     remove_stale_python_modules,
@@ -79,7 +79,12 @@ remove_stale_python_modules(HERE, "tierkit_cuda")
 
 setup(
     # The torch release compiled against, exactly; the schemas' tier of the same version.
-    install_requires=[torch_requirement(torch), f"tierkit-torch=={VERSION}", f"tierkit-core=={VERSION}"],
+    install_requires=[
+        torch_requirement(torch),
+        f"tierkit-torch=={VERSION}",
+        f"tierkit-core=={VERSION}",
+        f"tierkit-torch-common=={VERSION}",
+    ],
     ext_modules=[
         python_free(
             CUDAExtension(

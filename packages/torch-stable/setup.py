@@ -18,7 +18,7 @@ import tierkit_core
 import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from tierkit_core.torch_build import debug_info_flags, python_free, torch_facts
+from tierkit_torch_common.build import debug_info_flags, python_free, torch_facts
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = Path(__file__).resolve().parent
@@ -49,6 +49,7 @@ setup(
     install_requires=[
         f"torch>={'.'.join(map(str, MIN_TORCH))}",
         f"tierkit-core=={(HERE / 'VERSION').read_text().strip()}",
+        f"tierkit-torch-common=={(HERE / 'VERSION').read_text().strip()}",
     ],
     ext_modules=[
         python_free(

@@ -58,7 +58,9 @@ def test_sdists_carry_every_source(tier):
 
 
 def test_torch_requirement_is_the_exact_release():
-    torch_build = pytest.importorskip("tierkit_core.torch_build", reason="tierkit-core is not installed here")
+    torch_build = pytest.importorskip(
+        "tierkit_torch_common.build", reason="tierkit-core is not installed here"
+    )
     torch_requirement = torch_build.torch_requirement
 
     assert torch_requirement(types.SimpleNamespace(__version__="2.14.1+cu130")) == "torch==2.14.1"
@@ -66,7 +68,9 @@ def test_torch_requirement_is_the_exact_release():
 
 
 def test_mismatched_torch_is_refused_with_both_versions():
-    torch_build = pytest.importorskip("tierkit_core.torch_build", reason="tierkit-core is not installed here")
+    torch_build = pytest.importorskip(
+        "tierkit_torch_common.build", reason="tierkit-core is not installed here"
+    )
     require_built_torch = torch_build.require_built_torch
 
     require_built_torch("tierkit_torch", "2.14.1+cu130", "2.14.1+cpu", "packages/torch-cpu")  # same release

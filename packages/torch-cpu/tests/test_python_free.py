@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import tierkit_torch
-from tierkit_core.torch_build import python_dependencies
+from tierkit_torch_common.build import python_dependencies
 
 
 def test_operator_library_has_no_python_dependency():

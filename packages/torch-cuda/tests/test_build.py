@@ -74,6 +74,6 @@ def test_cuda_call_without_gpu_fails_cleanly():
 
 
 def test_kernel_library_has_no_python_dependency():
-    from tierkit_core.torch_build import python_dependencies
+    from tierkit_torch_common.build import python_dependencies
 
     assert python_dependencies(tierkit_cuda.library_path()) == []

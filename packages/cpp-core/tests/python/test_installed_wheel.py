@@ -52,24 +52,3 @@ def test_cmake_consumer_finds_and_links_tierkit_core(tmp_path):
     result = subprocess.run([str(exe)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split() == ["11", "22", "33"]
-
-
-@pytest.mark.skipif(shutil.which("nm") is None or shutil.which("readelf") is None, reason="needs binutils")
-def test_python_dependencies_finds_what_ties_a_library_to_python():
-    import _ctypes
-
-    from tierkit_core.torch_build import python_dependencies
-
-    # A CPython extension module imports the C API; the C library does not.
-    found = python_dependencies(_ctypes.__file__)
-    assert "PyType_Ready" in found or "PyModule_Create2" in found or "PyModuleDef_Init" in found, found
-    assert all(name.startswith(("Py", "_Py")) or "python" in name.lower() for name in found)
-    libc = subprocess.run(["ldd", sys.executable], capture_output=True, text=True).stdout
-    path = next(
-        part
-        for line in libc.splitlines()
-        if "libc.so" in line
-        for part in line.split()
-        if part.startswith("/")
-    )
-    assert python_dependencies(path) == []

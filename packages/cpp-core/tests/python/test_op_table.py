@@ -60,3 +60,18 @@ def test_derived_facts():
     assert silu_mul.node_name == "SiluMulBackward0" and silu_mul.saved == ("a", "b")
     assert find("custom_add").saved == () and find("custom_add").bridge == "add"
     assert find("scale_shift").scalars == ("alpha", "beta") and find("scale_shift").saved == ()
+
+
+def test_core_python_imports_no_torch():
+    # Core knows no torch in either language: its Python package neither
+    # imports torch nor the torch tiers' helpers (those are tierkit_torch_common).
+    import ast
+
+    for path in (SRC / "tierkit_core").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            assert not any(n.split(".")[0] in ("torch", "tierkit_torch_common") for n in names), (path, names)

@@ -60,7 +60,7 @@ def _require_built_torch(running: str) -> None:
         from ._build_info import TORCH_VERSION
     except ImportError:  # a source tree that was never built: the load below says so
         return
-    from tierkit_core.torch_build import require_built_torch
+    from tierkit_torch_common.build import require_built_torch
 
     require_built_torch("tierkit_torch", TORCH_VERSION, running, "packages/torch-cpu")
 

@@ -1,7 +1,7 @@
 """Python-side registrations for the tierkit ops: fake (meta) kernels, vmap
 rules (_vmap.py) and DTensor sharding (_sharding.py).
 
-The fake kernels are core's generic ones (tierkit_core.torch_fake, shared with
+The fake kernels are core's generic ones (tierkit_torch_common.fake, shared with
 torch-stable), registered against the schemas the C++ library defined: the
 functional ops. The ``.out`` overloads and add_out need none: under fake
 tensors they decompose (their CompositeImplicitAutograd kernels,
@@ -13,7 +13,7 @@ measurable.
 from __future__ import annotations
 
 import torch
-from tierkit_core.torch_fake import register_fake_kernels
+from tierkit_torch_common.fake import register_fake_kernels
 
 from . import _sharding, _vmap
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
-from tierkit_core.torch_fake import typed_faces
+from tierkit_torch_common.fake import typed_faces
 
 _FACES = typed_faces(torch, torch.ops.tierkit, "tierkit_torch")
 globals().update(_FACES)

@@ -29,7 +29,7 @@ def _require_built_torch() -> None:
         from ._build_info import TORCH_VERSION
     except ImportError:  # never built: the load below says so
         return
-    from tierkit_core.torch_build import require_built_torch
+    from tierkit_torch_common.build import require_built_torch
 
     require_built_torch("tierkit_cuda", TORCH_VERSION, torch.__version__, "packages/torch-cuda")
 

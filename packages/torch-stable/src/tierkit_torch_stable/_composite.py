@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 from tierkit_core.op_table import OPS, OUT_WRITERS
-from tierkit_core.torch_fake import apply_out_rules
+from tierkit_torch_common.fake import apply_out_rules
 
 _ops = torch.ops.tierkit_stable
 

@@ -5,7 +5,7 @@ generic over the namespace, shared with tierkit-torch), autograd, and the
 from __future__ import annotations
 
 import torch
-from tierkit_core.torch_fake import register_fake_kernels
+from tierkit_torch_common.fake import register_fake_kernels
 
 from . import _autograd, _composite
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
-from tierkit_core.torch_fake import typed_faces
+from tierkit_torch_common.fake import typed_faces
 
 _FACES = typed_faces(torch, torch.ops.tierkit_stable, "tierkit_torch_stable")
 globals().update(_FACES)

@@ -37,11 +37,17 @@ TIERS = [
         "pip install --no-build-isolation packages/pybind-bridge",
     ),
     TierInfo(
+        "tier 2c torch-common",
+        "tierkit-torch-common",
+        "tierkit_torch_common",
+        install="pip install packages/cpp-core packages/torch-common",
+    ),
+    TierInfo(
         "tier 2 torch-cpu",
         "tierkit-torch",
         "tierkit_torch",
         torch=True,
-        install="pip install torch==2.14.1 setuptools wheel packages/cpp-core && "
+        install="pip install torch==2.14.1 setuptools wheel packages/cpp-core packages/torch-common && "
         "pip install --no-build-isolation packages/torch-cpu",
     ),
     TierInfo(
@@ -57,7 +63,7 @@ TIERS = [
         "tierkit-torch-stable",
         "tierkit_torch_stable",
         torch=True,
-        install="pip install 'torch>=2.13' setuptools wheel packages/cpp-core && "
+        install="pip install 'torch>=2.13' setuptools wheel packages/cpp-core packages/torch-common && "
         "pip install --no-build-isolation packages/torch-stable",
         namespace="tierkit_stable",
     ),
@@ -190,6 +196,7 @@ def _dir(tier: TierInfo) -> str:
     return {
         "tierkit_core": "cpp-core",
         "tierkit_bridge": "pybind-bridge",
+        "tierkit_torch_common": "torch-common",
         "tierkit_torch": "torch-cpu",
         "tierkit_cuda": "torch-cuda",
         "tierkit_torch_stable": "torch-stable",

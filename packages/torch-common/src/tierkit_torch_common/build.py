@@ -4,10 +4,9 @@ torch, C++ ABI, CUDA), the torch requirement their wheels declare, the check
 that refuses to load a library under another torch, and how their operator
 library is kept free of Python.
 
-They live in core's Python package because every torch tier already requires
-it to build (for core's headers) and none of their compiled libraries depends
-on it: no torch tier imports another's Python. Nothing here imports torch;
-callers pass the module in."""
+They live in tierkit-torch-common, which every torch tier requires to build
+and none of their compiled libraries depends on: no torch tier imports
+another's Python. Nothing here imports torch; callers pass the module in."""
 
 from __future__ import annotations
 

@@ -7,9 +7,9 @@ meta tensors need. They apply the same checks as the C++ kernels, with
 ``torch._check`` so symbolic (dynamic) shapes become guards, and a bad call
 fails the same way while tracing.
 
-Shared here, in core's Python package, because both torch tiers require core
-and neither's compiled library depends on this file (see torch_build.py).
-torch is imported by the caller; this module only receives it.
+Also the op table's typed faces and the out= rules. Shared by both torch
+tiers (see the package's docstring); torch is imported by the caller, this
+module only receives it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def _join(names: Sequence[str]) -> str:
 
 
 def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None) -> None:
-    """Register a fake kernel for every functional op of the op table (op_table.py) in `ns`.
+    """Register a fake kernel for every functional op of the op table (tierkit_core.op_table) in `ns`.
 
     `accepted_dtypes` are torch dtype names ("float32", ...), from core's dtype
     table through the C++ library. The .out overloads and add_out need none:
@@ -70,7 +70,7 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
 
         return fake
 
-    from .op_table import OPS
+    from tierkit_core.op_table import OPS
 
     for entry in OPS:
         op = f"{ns}::{entry.name}"
@@ -149,7 +149,7 @@ def typed_faces(torch: Any, ops: Any, prefix: str) -> dict[str, Callable[..., An
     op, ``name(tensors..., floats..., *, out=None)``, plus the writers
     (``add_out(a, b, out)``). Each is compiled from a two-line template, so a
     call costs one Python frame over the dispatcher's."""
-    from .op_table import OPS, OUT_WRITERS
+    from tierkit_core.op_table import OPS, OUT_WRITERS
 
     faces: dict[str, Callable[..., Any]] = {}
     for entry in OPS:
