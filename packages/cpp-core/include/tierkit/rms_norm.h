@@ -1,0 +1,330 @@
+// RMSNorm over the last dimension of a contiguous [rows, d] block: forward,
+// backward, and the fused residual form (h = x + residual, then RMSNorm(h)).
+//
+// Numerics (C = compute_t<T>: float for float and the 16-bit types, double
+// for double):
+//  * rstd[r] = 1 / sqrt(sum_j x[r,j]^2 / d + C(eps)), the sum in C. The
+//    formula and its roundings are torch's (_fused_rms_norm's decomposition:
+//    x.float().pow(2).mean(-1).add(eps).rsqrt(), mean = sum / d); the sum's
+//    order is ours (torch's reduction order differs, so rstd may differ from
+//    eager's in the last bits either way).
+//  * y[r,j] = (x[r,j] * rstd[r]) * w[j] in C, rounded once to T. Eager
+//    F.rms_norm (torch 2.14, CPU) does the same for every dtype: measured bit
+//    for bit against (x.float() * rstd * w.float()).to(T) for bfloat16 and
+//    float16, so no eager-style double rounding is needed to match it.
+//  * d = 0: rstd = 1 / sqrt(0 / 0 + eps) = NaN, as torch's _fused_rms_norm
+//    gives; y is empty. An all-zero row gives rstd = 1 / sqrt(eps), y = 0.
+//  * A row whose sum of squares overflows C (float: beyond ~3.4e38, e.g.
+//    4096 elements of 1e18) gives rstd = 0 and y = 0, as eager's float
+//    accumulation does.
+//  * Backward: x_hat = x * rstd, g = dy * w (dy without a weight),
+//    c = sum_j g * x_hat / d, dx = (g - x_hat * c) * rstd rounded once to T;
+//    dw[j] = sum_r dy[r,j] * x_hat[r,j] in C (the caller rounds it to T).
+//
+// Determinism: every row's sums run in one fixed order (kRmsLanes
+// independent partial sums over j = k mod kRmsLanes, then a fixed halving
+// tree), whatever the thread count, the Runner's chunking or the SIMD level;
+// dw's sum over rows is split into blocks whose number depends on rows and d
+// only (each block's rows in order, then the blocks in order). So forward
+// and backward are bit-identical for any Runner. -ffp-contract=off (the
+// tierkit::core target's flag) keeps the vector code's roundings the scalar
+// code's.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "tierkit/dtype.h"
+#include "tierkit/kernels.h"
+
+namespace tierkit::kernels {
+
+namespace detail {
+
+// Partial sums per row: 16 floats are two AVX2 vectors (two independent add
+// chains) and keep the reduction's order fixed; GCC does not vectorize a
+// single float accumulator without -ffast-math.
+inline constexpr int kRmsLanes = 16;
+
+// dw's row blocks: at most kRmsMaxBlocks, of at least kRmsMinBlockRows rows,
+// and at most kRmsMaxScratch elements of partial sums in all.
+inline constexpr std::int64_t kRmsMaxBlocks = 64;
+inline constexpr std::int64_t kRmsMinBlockRows = 8;
+inline constexpr std::int64_t kRmsMaxScratch = std::int64_t{1} << 22;
+
+// The number of dw blocks for [rows, d]: a function of the shape only.
+inline std::int64_t rms_dw_blocks(std::int64_t rows, std::int64_t d) {
+  std::int64_t b = std::min(kRmsMaxBlocks, (rows + kRmsMinBlockRows - 1) / kRmsMinBlockRows);
+  if (d > 0) b = std::min(b, std::max<std::int64_t>(1, kRmsMaxScratch / d));
+  return std::max<std::int64_t>(1, b);
+}
+
+// v rounded to T and read back as C (identity for float and double); the
+// rounded value is stored at p.
+template <typename T>
+__attribute__((always_inline)) inline compute_t<T> store_rounded(T* p, compute_t<T> v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const std::uint16_t b = Half::from_float(v);
+    p->bits = b;
+    return Half::to_float(b);
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    const std::uint16_t b = BFloat16::from_float(v);
+    p->bits = b;
+    return ::tierkit::detail::bits_float(static_cast<std::uint32_t>(b) << 16);
+  } else {
+    *p = v;
+    return v;
+  }
+}
+
+template <typename C>
+__attribute__((always_inline)) inline C combine_lanes(C (&acc)[kRmsLanes]) {
+  for (int w = kRmsLanes / 2; w > 0; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
+// The row bodies, written once and compiled per SIMD level (below).
+#define TIERKIT_RMS_INLINE __attribute__((always_inline)) inline
+template <typename T>
+struct RmsRows {
+  using C = compute_t<T>;
+
+  TIERKIT_RMS_INLINE static C rstd_of(C sum_sq, std::int64_t d, C eps) {
+    return C(1) / std::sqrt(sum_sq / static_cast<C>(d) + eps);
+  }
+
+  // y = (x * rstd) * w, rounded once.
+  TIERKIT_RMS_INLINE static void scale(const T* x, const T* w, C rstd, std::int64_t d, T* y) {
+    if (w) {
+      TIERKIT_VECTORIZE_LOOP
+      for (std::int64_t j = 0; j < d; ++j)
+        store_compute(y + j, (load_compute(x + j) * rstd) * load_compute(w + j));
+    } else {
+      TIERKIT_VECTORIZE_LOOP
+      for (std::int64_t j = 0; j < d; ++j) store_compute(y + j, load_compute(x + j) * rstd);
+    }
+  }
+
+  TIERKIT_RMS_INLINE static void forward(const T* x, const T* w, C eps, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, C* rstd) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      C acc[kRmsLanes] = {};
+      std::int64_t j = 0;
+      for (; j + kRmsLanes <= d; j += kRmsLanes)
+        for (int k = 0; k < kRmsLanes; ++k) {
+          const C v = load_compute(xr + j + k);
+          acc[k] += v * v;
+        }
+      for (int k = 0; j + k < d; ++k) {
+        const C v = load_compute(xr + j + k);
+        acc[k] += v * v;
+      }
+      const C rs = rstd_of(combine_lanes(acc), d, eps);
+      rstd[r] = rs;
+      scale(xr, w, rs, d, y + r * d);
+    }
+  }
+
+  // h = T(x + residual) (h may be residual), then forward on h.
+  TIERKIT_RMS_INLINE static void add_forward(const T* x, const T* res, const T* w, C eps, std::int64_t d,
+                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      const T* rr = res + r * d;
+      T* hr = h + r * d;
+      C acc[kRmsLanes] = {};
+      std::int64_t j = 0;
+      for (; j + kRmsLanes <= d; j += kRmsLanes) {
+        // Every load of the block before any store: h may alias residual.
+        C s[kRmsLanes];
+        for (int k = 0; k < kRmsLanes; ++k) s[k] = load_compute(xr + j + k) + load_compute(rr + j + k);
+        for (int k = 0; k < kRmsLanes; ++k) {
+          const C v = store_rounded(hr + j + k, s[k]);
+          acc[k] += v * v;
+        }
+      }
+      for (int k = 0; j + k < d; ++k) {
+        const C v = store_rounded(hr + j + k, load_compute(xr + j + k) + load_compute(rr + j + k));
+        acc[k] += v * v;
+      }
+      const C rs = rstd_of(combine_lanes(acc), d, eps);
+      rstd[r] = rs;
+      scale(hr, w, rs, d, y + r * d);
+    }
+  }
+
+  // Rows [lo, hi): dx (if non-null), and dw's partial sums added into dwp
+  // (if non-null) row by row.
+  TIERKIT_RMS_INLINE static void backward(const T* dy, const T* x, const T* w, const C* rstd, std::int64_t d,
+                                          std::int64_t lo, std::int64_t hi, T* dx, C* dwp) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      const T* gr = dy + r * d;
+      const C rs = rstd[r];
+      if (!dx) {
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t j = 0; j < d; ++j) dwp[j] += load_compute(gr + j) * (load_compute(xr + j) * rs);
+        continue;
+      }
+      C acc[kRmsLanes] = {};
+      std::int64_t j = 0;
+      if (w) {
+        for (; j + kRmsLanes <= d; j += kRmsLanes)
+          for (int k = 0; k < kRmsLanes; ++k)
+            acc[k] += (load_compute(gr + j + k) * load_compute(w + j + k)) * (load_compute(xr + j + k) * rs);
+        for (int k = 0; j + k < d; ++k)
+          acc[k] += (load_compute(gr + j + k) * load_compute(w + j + k)) * (load_compute(xr + j + k) * rs);
+      } else {
+        for (; j + kRmsLanes <= d; j += kRmsLanes)
+          for (int k = 0; k < kRmsLanes; ++k)
+            acc[k] += load_compute(gr + j + k) * (load_compute(xr + j + k) * rs);
+        for (int k = 0; j + k < d; ++k) acc[k] += load_compute(gr + j + k) * (load_compute(xr + j + k) * rs);
+      }
+      const C c = combine_lanes(acc) / static_cast<C>(d);
+      T* dxr = dx + r * d;
+      // dx may be dy or x exactly (element j reads only element j).
+      if (w && dwp) {
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t i = 0; i < d; ++i) {
+          const C g0 = load_compute(gr + i), xh = load_compute(xr + i) * rs;
+          dwp[i] += g0 * xh;
+          store_compute(dxr + i, (g0 * load_compute(w + i) - xh * c) * rs);
+        }
+      } else if (w) {
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t i = 0; i < d; ++i) {
+          const C xh = load_compute(xr + i) * rs;
+          store_compute(dxr + i, (load_compute(gr + i) * load_compute(w + i) - xh * c) * rs);
+        }
+      } else {
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t i = 0; i < d; ++i) {
+          const C g0 = load_compute(gr + i), xh = load_compute(xr + i) * rs;
+          if (dwp) dwp[i] += g0 * xh;
+          store_compute(dxr + i, (g0 - xh * c) * rs);
+        }
+      }
+    }
+  }
+};
+
+// Per-level copies. Baseline x86-64 has SSE2 only; AVX2 doubles the width
+// and lets the bfloat16/float16 conversions vectorize. (No AVX-512 copy:
+// not measured, the development host has none.)
+#ifdef TIERKIT_SIMD_DISPATCH
+#define TIERKIT_RMS_AVX2 __attribute__((target("avx2")))
+template <typename T, typename... A>
+TIERKIT_RMS_AVX2 void rms_forward_avx2(A... a) {
+  RmsRows<T>::forward(a...);
+}
+template <typename T, typename... A>
+TIERKIT_RMS_AVX2 void rms_add_forward_avx2(A... a) {
+  RmsRows<T>::add_forward(a...);
+}
+template <typename T, typename... A>
+TIERKIT_RMS_AVX2 void rms_backward_avx2(A... a) {
+  RmsRows<T>::backward(a...);
+}
+#undef TIERKIT_RMS_AVX2
+#define TIERKIT_RMS_DISPATCH(NAME, T, ...)                                             \
+  do {                                                                                 \
+    if (simd_level() != SimdLevel::Baseline) return rms_##NAME##_avx2<T>(__VA_ARGS__); \
+    return RmsRows<T>::NAME(__VA_ARGS__);                                              \
+  } while (0)
+#else
+#define TIERKIT_RMS_DISPATCH(NAME, T, ...) return RmsRows<T>::NAME(__VA_ARGS__)
+#endif
+
+template <typename T>
+void rms_forward_rows(const T* x, const T* w, compute_t<T> eps, std::int64_t d, std::int64_t lo,
+                      std::int64_t hi, T* y, compute_t<T>* rstd) {
+  TIERKIT_RMS_DISPATCH(forward, T, x, w, eps, d, lo, hi, y, rstd);
+}
+template <typename T>
+void rms_add_forward_rows(const T* x, const T* res, const T* w, compute_t<T> eps, std::int64_t d,
+                          std::int64_t lo, std::int64_t hi, T* y, T* h, compute_t<T>* rstd) {
+  TIERKIT_RMS_DISPATCH(add_forward, T, x, res, w, eps, d, lo, hi, y, h, rstd);
+}
+template <typename T>
+void rms_backward_rows(const T* dy, const T* x, const T* w, const compute_t<T>* rstd, std::int64_t d,
+                       std::int64_t lo, std::int64_t hi, T* dx, compute_t<T>* dwp) {
+  TIERKIT_RMS_DISPATCH(backward, T, dy, x, w, rstd, d, lo, hi, dx, dwp);
+}
+#undef TIERKIT_RMS_DISPATCH
+#undef TIERKIT_RMS_INLINE
+
+// Rows per chunk: about kGrain elements.
+inline std::int64_t rms_row_grain(std::int64_t d) {
+  return std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, d));
+}
+
+}  // namespace detail
+
+// y = rms_norm(x) * w over rows of d; rstd[rows] saved for backward. w may
+// be null (no weight); y may be x exactly.
+template <typename T, typename Runner = PoolRunner>
+void rms_norm_forward(const T* x, const T* w, double eps, std::int64_t rows, std::int64_t d, T* y,
+                      compute_t<T>* rstd, const Runner& run = {}) {
+  using C = compute_t<T>;
+  const C e = static_cast<C>(eps);
+  run(rows, detail::rms_row_grain(d),
+      [&](std::int64_t lo, std::int64_t hi) { detail::rms_forward_rows<T>(x, w, e, d, lo, hi, y, rstd); });
+}
+
+// h = x + residual rounded to T (h_out may be residual exactly), then
+// y = rms_norm(h) * w and rstd as rms_norm_forward gives for h: one pass
+// over x and residual per row.
+template <typename T, typename Runner = PoolRunner>
+void add_rms_norm_forward(const T* x, const T* residual, const T* w, double eps, std::int64_t rows,
+                          std::int64_t d, T* y, T* h_out, compute_t<T>* rstd, const Runner& run = {}) {
+  using C = compute_t<T>;
+  const C e = static_cast<C>(eps);
+  run(rows, detail::rms_row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
+    detail::rms_add_forward_rows<T>(x, residual, w, e, d, lo, hi, y, h_out, rstd);
+  });
+}
+
+// dx (nullable; may be dy or x exactly) and dw (nullable, [d], overwritten,
+// in compute_t<T>) of y = rms_norm(x) * w, from rms_norm_forward's rstd.
+template <typename T, typename Runner = PoolRunner>
+void rms_norm_backward(const T* dy, const T* x, const T* w, const compute_t<T>* rstd, std::int64_t rows,
+                       std::int64_t d, T* dx, compute_t<T>* dw, const Runner& run = {}) {
+  using C = compute_t<T>;
+  if (!dw) {
+    if (!dx) return;
+    run(rows, detail::rms_row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
+      detail::rms_backward_rows<T>(dy, x, w, rstd, d, lo, hi, dx, static_cast<C*>(nullptr));
+    });
+    return;
+  }
+  std::fill(dw, dw + d, C(0));
+  if (rows <= 0 || d <= 0) return;
+  // Block b's partial sums: dw itself for block 0, scratch for the others;
+  // then dw[j] += block b's, b = 1, 2, ... in order.
+  const std::int64_t blocks = detail::rms_dw_blocks(rows, d);
+  const std::int64_t per = (rows + blocks - 1) / blocks;
+  std::unique_ptr<C[]> scratch(blocks > 1 ? new C[static_cast<std::size_t>((blocks - 1) * d)] : nullptr);
+  run(blocks, 1, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t b = lo; b < hi; ++b) {
+      C* part = b == 0 ? dw : scratch.get() + (b - 1) * d;
+      if (b > 0) std::fill(part, part + d, C(0));
+      const std::int64_t r0 = std::min(rows, b * per), r1 = std::min(rows, r0 + per);
+      detail::rms_backward_rows<T>(dy, x, w, rstd, d, r0, r1, dx, part);
+    }
+  });
+  if (blocks == 1) return;
+  run(d, std::max<std::int64_t>(1, detail::kGrain / blocks), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t b = 1; b < blocks; ++b) {
+      const C* part = scratch.get() + (b - 1) * d;
+      TIERKIT_VECTORIZE_LOOP
+      for (std::int64_t j = lo; j < hi; ++j) dw[j] += part[j];
+    }
+  });
+}
+
+}  // namespace tierkit::kernels

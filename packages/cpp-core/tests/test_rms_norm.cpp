@@ -1,0 +1,374 @@
+// RMSNorm row kernels (tierkit/rms_norm.h): forward, backward and the fused
+// residual form against long double references, edge cases (d = 1, odd d,
+// empty shapes, zero rows, large values), the documented summation order bit
+// for bit, and determinism across thread counts and Runner chunkings. The
+// RmsNorm* tests run again with TIERKIT_SIMD=avx2 and =baseline
+// (CMakeLists.txt): every SIMD copy gives the same bits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tierkit/rms_norm.h"
+
+using tierkit::BFloat16;
+using tierkit::compute_t;
+using tierkit::Half;
+namespace k = tierkit::kernels;
+
+namespace {
+
+template <typename T>
+using C = compute_t<T>;
+
+template <typename T>
+long double ld(const T& v) {
+  return static_cast<long double>(tierkit::load_compute(&v));
+}
+template <typename T>
+T to_t(long double v) {
+  T out;
+  tierkit::store_compute(&out, static_cast<C<T>>(v));
+  return out;
+}
+template <typename T>
+std::uint64_t bits_of(const T& v) {
+  std::uint64_t u = 0;
+  std::memcpy(&u, &v, sizeof(T));
+  return u;
+}
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (bits_of(a[i]) != bits_of(b[i])) return false;
+  return true;
+}
+
+// Significand bits (with the implicit one) and smallest normal exponent of T.
+template <typename T>
+constexpr int kDigits = std::is_same_v<T, Half>       ? 11
+                        : std::is_same_v<T, BFloat16> ? 8
+                                                      : std::numeric_limits<T>::digits;
+template <typename T>
+constexpr int kMinExp = std::is_same_v<T, Half>       ? -14
+                        : std::is_same_v<T, BFloat16> ? -126
+                                                      : std::numeric_limits<T>::min_exponent - 1;
+// One unit in the last place of T at magnitude |v|.
+template <typename T>
+long double ulp(long double v) {
+  const int e = v == 0 ? kMinExp<T> : std::max(kMinExp<T>, std::ilogb(v));
+  return std::ldexp(1.0L, e - (kDigits<T> - 1));
+}
+template <typename T>
+long double eps_c() {
+  return std::numeric_limits<C<T>>::epsilon();
+}
+
+template <typename T>
+std::vector<T> random_vec(std::size_t n, std::uint32_t seed, float scale = 1.f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<T> v(n);
+  for (auto& e : v) e = to_t<T>(dist(gen));
+  return v;
+}
+
+// Runs fn over chunks of `chunk` items, last chunk first: a Runner whose
+// split and order differ from the pool's.
+struct ReverseChunkRunner {
+  std::int64_t chunk = 1;
+  template <typename Fn>
+  void operator()(std::int64_t n, std::int64_t, const Fn& fn) const {
+    for (std::int64_t hi = n; hi > 0; hi -= chunk) fn(std::max<std::int64_t>(0, hi - chunk), hi);
+  }
+};
+
+struct Ref {
+  std::vector<long double> y, rstd;
+};
+template <typename T>
+Ref reference_forward(const std::vector<T>& x, const T* w, double eps, std::int64_t rows, std::int64_t d) {
+  Ref r{std::vector<long double>(x.size()), std::vector<long double>(rows)};
+  for (std::int64_t i = 0; i < rows; ++i) {
+    long double ss = 0;
+    for (std::int64_t j = 0; j < d; ++j) ss += ld(x[i * d + j]) * ld(x[i * d + j]);
+    const long double rs = 1.0L / std::sqrt(ss / d + static_cast<long double>(static_cast<C<T>>(eps)));
+    r.rstd[i] = rs;
+    for (std::int64_t j = 0; j < d; ++j) r.y[i * d + j] = ld(x[i * d + j]) * rs * (w ? ld(w[j]) : 1.0L);
+  }
+  return r;
+}
+
+template <typename T>
+class RmsNorm : public ::testing::Test {};
+using Types = ::testing::Types<float, double, Half, BFloat16>;
+TYPED_TEST_SUITE(RmsNorm, Types);
+
+struct Shape {
+  std::int64_t rows, d;
+};
+const Shape kShapes[] = {{5, 33}, {3, 4097}, {7, 1}, {4, 16}, {2, 1024}, {9, 15}};
+
+// y within 1 ulp of T for the 16-bit types (one rounding of a value
+// accurate in float); for float and double, their own error: rstd's (sums of
+// up to 4097 / 16 terms a lane) plus two products, 8 ulp.
+template <typename T>
+long double y_ulps() {
+  return sizeof(T) == 2 ? 1.0L : 8.0L;
+}
+
+TYPED_TEST(RmsNorm, ForwardMatchesReference) {
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    for (bool with_w : {true, false}) {
+      const auto x = random_vec<T>(s.rows * s.d, 1 + s.d);
+      const auto w = random_vec<T>(s.d, 2 + s.d);
+      std::vector<T> y(x.size());
+      std::vector<C<T>> rstd(s.rows);
+      const T* wp = with_w ? w.data() : nullptr;
+      k::rms_norm_forward(x.data(), wp, 1e-6, s.rows, s.d, y.data(), rstd.data());
+      const Ref ref = reference_forward(x, wp, 1e-6, s.rows, s.d);
+      for (std::int64_t i = 0; i < s.rows; ++i)
+        EXPECT_LE(std::fabs(rstd[i] - ref.rstd[i]), 8 * eps_c<T>() * ref.rstd[i])
+            << "row " << i << " d " << s.d;
+      for (std::size_t i = 0; i < y.size(); ++i)
+        ASSERT_LE(std::fabs(ld(y[i]) - ref.y[i]), y_ulps<T>() * ulp<T>(std::fabs(ref.y[i])))
+            << "i " << i << " d " << s.d << " weight " << with_w;
+    }
+  }
+}
+
+// The order the header documents, written plainly: 16 lane sums over
+// j mod 16, a halving tree, 1 / sqrt(sum / d + eps), (x * rstd) * w.
+template <typename T>
+void documented_forward(const T* x, const T* w, double eps, std::int64_t rows, std::int64_t d, T* y,
+                        C<T>* rstd) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    C<T> acc[16] = {};
+    for (std::int64_t j = 0; j < d; ++j) {
+      const C<T> v = tierkit::load_compute(x + r * d + j);
+      acc[j % 16] += v * v;
+    }
+    for (int half = 8; half > 0; half /= 2)
+      for (int q = 0; q < half; ++q) acc[q] += acc[q + half];
+    const C<T> rs = C<T>(1) / std::sqrt(acc[0] / static_cast<C<T>>(d) + static_cast<C<T>>(eps));
+    rstd[r] = rs;
+    for (std::int64_t j = 0; j < d; ++j) {
+      const C<T> v = tierkit::load_compute(x + r * d + j) * rs;
+      tierkit::store_compute(y + r * d + j, w ? v * tierkit::load_compute(w + j) : v);
+    }
+  }
+}
+
+TYPED_TEST(RmsNorm, ForwardIsTheDocumentedOrderBitForBit) {
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    const auto x = random_vec<T>(s.rows * s.d, 3 + s.d);
+    const auto w = random_vec<T>(s.d, 4 + s.d);
+    for (const T* wp : {w.data(), static_cast<const T*>(nullptr)}) {
+      std::vector<T> y(x.size()), y_doc(x.size());
+      std::vector<C<T>> rstd(s.rows), rstd_doc(s.rows);
+      k::rms_norm_forward(x.data(), wp, 1e-5, s.rows, s.d, y.data(), rstd.data());
+      documented_forward(x.data(), wp, 1e-5, s.rows, s.d, y_doc.data(), rstd_doc.data());
+      EXPECT_TRUE(same_bits(y, y_doc)) << "d " << s.d;
+      EXPECT_TRUE(same_bits(rstd, rstd_doc)) << "d " << s.d;
+    }
+  }
+}
+
+TYPED_TEST(RmsNorm, BackwardMatchesReference) {
+  using T = TypeParam;
+  const Shape shapes[] = {{5, 33}, {3, 4097}, {7, 1}, {70, 16}, {600, 64}, {9, 15}};
+  for (const Shape& s : shapes) {
+    for (bool with_w : {true, false}) {
+      const std::int64_t rows = s.rows, d = s.d;
+      const auto x = random_vec<T>(rows * d, 5 + d);
+      const auto dy = random_vec<T>(rows * d, 6 + d);
+      const auto w = random_vec<T>(d, 7 + d);
+      const T* wp = with_w ? w.data() : nullptr;
+      std::vector<T> y(x.size()), dx(x.size());
+      std::vector<C<T>> rstd(rows), dw(d, C<T>(123));
+      k::rms_norm_forward(x.data(), wp, 1e-6, rows, d, y.data(), rstd.data());
+      k::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, dx.data(), dw.data());
+      // The reference from the same rstd: only backward's own error.
+      std::vector<long double> dw_ref(d, 0), dw_abs(d, 0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const long double rs = rstd[r];
+        long double dot = 0, dot_abs = 0;
+        for (std::int64_t j = 0; j < d; ++j) {
+          const long double g = ld(dy[r * d + j]) * (wp ? ld(w[j]) : 1.0L), xh = ld(x[r * d + j]) * rs;
+          dot += g * xh;
+          dot_abs += std::fabs(g * xh);
+          dw_ref[j] += ld(dy[r * d + j]) * xh;
+          dw_abs[j] += std::fabs(ld(dy[r * d + j]) * xh);
+        }
+        const long double c = dot / d, c_err = 8 * eps_c<T>() * dot_abs / d;
+        for (std::int64_t j = 0; j < d; ++j) {
+          const long double g = ld(dy[r * d + j]) * (wp ? ld(w[j]) : 1.0L), xh = ld(x[r * d + j]) * rs;
+          const long double ref = (g - xh * c) * rs;
+          // One rounding to T, plus the compute type's error on the terms
+          // (which may cancel) and on c.
+          const long double tol =
+              (sizeof(T) == 2 ? 1.0L : 0.5L) * ulp<T>(std::fabs(ref)) +
+              rs * (4 * eps_c<T>() * (std::fabs(g) + std::fabs(xh * c)) + std::fabs(xh) * c_err);
+          ASSERT_LE(std::fabs(ld(dx[r * d + j]) - ref), tol) << "row " << r << " j " << j << " d " << d;
+        }
+      }
+      // Blocked sum: at most (rows per block + blocks + 2) roundings per term.
+      const long double n_round = rows / 8 + 64 + 2;
+      for (std::int64_t j = 0; j < d; ++j)
+        ASSERT_LE(std::fabs(dw[j] - dw_ref[j]), n_round * eps_c<T>() * dw_abs[j]) << "j " << j << " d " << d;
+
+      // dx alone and dw alone give the same bits as both together.
+      std::vector<T> dx_only(x.size());
+      std::vector<C<T>> dw_only(d);
+      k::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, dx_only.data(),
+                           static_cast<C<T>*>(nullptr));
+      k::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, static_cast<T*>(nullptr),
+                           dw_only.data());
+      EXPECT_TRUE(same_bits(dx, dx_only));
+      EXPECT_TRUE(same_bits(dw, dw_only));
+    }
+  }
+}
+
+TYPED_TEST(RmsNorm, EmptyShapes) {
+  using T = TypeParam;
+  // rows = 0: nothing written but dw, which is zeroed.
+  std::vector<C<T>> dw(4, C<T>(7));
+  k::rms_norm_forward<T>(nullptr, nullptr, 1e-6, 0, 4, nullptr, nullptr);
+  k::add_rms_norm_forward<T>(nullptr, nullptr, nullptr, 1e-6, 0, 4, nullptr, nullptr, nullptr);
+  k::rms_norm_backward<T>(nullptr, nullptr, nullptr, nullptr, 0, 4, nullptr, dw.data());
+  for (C<T> v : dw) EXPECT_EQ(v, C<T>(0));
+  // d = 0: rstd = 1 / sqrt(0 / 0 + eps) = NaN, as torch's _fused_rms_norm.
+  std::vector<C<T>> rstd(3, C<T>(0));
+  T dummy[1];
+  k::rms_norm_forward<T>(dummy, nullptr, 1e-6, 3, 0, dummy, rstd.data());
+  for (C<T> v : rstd) EXPECT_TRUE(std::isnan(v));
+  std::fill(rstd.begin(), rstd.end(), C<T>(0));
+  k::add_rms_norm_forward<T>(dummy, dummy, nullptr, 1e-6, 3, 0, dummy, dummy, rstd.data());
+  for (C<T> v : rstd) EXPECT_TRUE(std::isnan(v));
+  k::rms_norm_backward<T>(dummy, dummy, dummy, rstd.data(), 3, 0, dummy, dw.data());
+}
+
+TYPED_TEST(RmsNorm, ZeroRows) {
+  using T = TypeParam;
+  const std::int64_t rows = 3, d = 37;
+  std::vector<T> x(rows * d, to_t<T>(0)), y(x.size(), to_t<T>(5)), dx(x.size());
+  const auto w = random_vec<T>(d, 9);
+  std::vector<C<T>> rstd(rows), dw(d);
+  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data());
+  const C<T> expect = C<T>(1) / std::sqrt(static_cast<C<T>>(1e-6));
+  for (C<T> v : rstd) EXPECT_EQ(v, expect);
+  for (const T& v : y) EXPECT_EQ(ld(v), 0.0L);
+  const auto dy = random_vec<T>(rows * d, 10);
+  k::rms_norm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, d, dx.data(), dw.data());
+  // x_hat = 0: dx = g * rstd, dw = 0.
+  for (std::int64_t i = 0; i < rows * d; ++i)
+    EXPECT_EQ(bits_of(dx[i]),
+              bits_of(to_t<T>(tierkit::load_compute(&dy[i]) * tierkit::load_compute(&w[i % d]) * expect)));
+  for (C<T> v : dw) EXPECT_EQ(v, C<T>(0));
+}
+
+TEST(RmsNormLarge, FloatSumOfSquaresOf1e18) {
+  // 33 squares of 1e18 (1e36 each) fit float's range: rstd ~ 1e-18, y ~ +-1.
+  const std::int64_t d = 33;
+  std::vector<float> x(d);
+  for (std::int64_t j = 0; j < d; ++j) x[j] = (j % 2 ? -1e18f : 1e18f);
+  std::vector<float> y(d);
+  float rstd = 0;
+  k::rms_norm_forward(x.data(), static_cast<const float*>(nullptr), 1e-6, 1, d, y.data(), &rstd);
+  EXPECT_NEAR(rstd * 1e18, 1.0, 1e-6);
+  for (std::int64_t j = 0; j < d; ++j) EXPECT_NEAR(y[j], j % 2 ? -1.0 : 1.0, 1e-6);
+  // bfloat16 reaches 3e38, float's range: 1e18 in bfloat16 too.
+  std::vector<BFloat16> xb(d), yb(d);
+  for (std::int64_t j = 0; j < d; ++j) xb[j] = BFloat16(x[j]);
+  k::rms_norm_forward(xb.data(), static_cast<const BFloat16*>(nullptr), 1e-6, 1, d, yb.data(), &rstd);
+  for (std::int64_t j = 0; j < d; ++j) EXPECT_EQ(static_cast<float>(yb[j]), j % 2 ? -1.0f : 1.0f);
+}
+
+// Forward, backward and add_rms_norm with `run`, for comparing Runners.
+template <typename T, typename Runner>
+std::vector<std::vector<std::uint64_t>> all_outputs(std::int64_t rows, std::int64_t d, const Runner& run) {
+  const auto x = random_vec<T>(rows * d, 11);
+  const auto res = random_vec<T>(rows * d, 12);
+  const auto dy = random_vec<T>(rows * d, 13);
+  const auto w = random_vec<T>(d, 14);
+  std::vector<T> y(x.size()), dx(x.size()), h(x.size()), y2(x.size());
+  std::vector<C<T>> rstd(rows), dw(d), rstd2(rows);
+  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data(), run);
+  k::rms_norm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, d, dx.data(), dw.data(), run);
+  k::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, rows, d, y2.data(), h.data(), rstd2.data(),
+                          run);
+  auto as_bits = [](const auto& v) {
+    std::vector<std::uint64_t> b;
+    for (const auto& e : v) b.push_back(bits_of(e));
+    return b;
+  };
+  return {as_bits(y), as_bits(rstd), as_bits(dx), as_bits(dw), as_bits(y2), as_bits(h), as_bits(rstd2)};
+}
+
+TYPED_TEST(RmsNorm, BitIdenticalForAnyRunner) {
+  using T = TypeParam;
+  // 300 x 257: several pool chunks and 38 dw blocks; 1200 x 64: the maximum 64 blocks.
+  for (const Shape& s : {Shape{300, 257}, Shape{1200, 64}, Shape{3, 5000}}) {
+    const auto one = all_outputs<T>(s.rows, s.d, k::PoolRunner{1});
+    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, k::PoolRunner{2}));
+    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, k::PoolRunner{}));
+    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, ReverseChunkRunner{1}));
+    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, ReverseChunkRunner{7}));
+  }
+}
+
+TYPED_TEST(RmsNorm, AddRmsNorm) {
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    const std::int64_t n = s.rows * s.d;
+    const auto x = random_vec<T>(n, 15 + s.d);
+    const auto res = random_vec<T>(n, 16 + s.d, 3.f);
+    const auto w = random_vec<T>(s.d, 17 + s.d);
+    std::vector<T> y(n), h(n), y_ref(n), h_ref(n);
+    std::vector<C<T>> rstd(s.rows), rstd_ref(s.rows);
+    k::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, s.rows, s.d, y.data(), h.data(),
+                            rstd.data());
+    for (std::int64_t i = 0; i < n; ++i)
+      tierkit::store_compute(&h_ref[i], tierkit::load_compute(&x[i]) + tierkit::load_compute(&res[i]));
+    k::rms_norm_forward(h_ref.data(), w.data(), 1e-6, s.rows, s.d, y_ref.data(), rstd_ref.data());
+    EXPECT_TRUE(same_bits(h, h_ref)) << "d " << s.d;
+    EXPECT_TRUE(same_bits(y, y_ref)) << "d " << s.d;
+    EXPECT_TRUE(same_bits(rstd, rstd_ref)) << "d " << s.d;
+    // h_out = residual, in place.
+    std::vector<T> inplace = res, y3(n);
+    k::add_rms_norm_forward(x.data(), inplace.data(), w.data(), 1e-6, s.rows, s.d, y3.data(), inplace.data(),
+                            rstd.data());
+    EXPECT_TRUE(same_bits(inplace, h_ref)) << "d " << s.d;
+    EXPECT_TRUE(same_bits(y3, y_ref)) << "d " << s.d;
+    // Without a weight.
+    k::add_rms_norm_forward(x.data(), res.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, y.data(),
+                            h.data(), rstd.data());
+    k::rms_norm_forward(h_ref.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, y_ref.data(),
+                        rstd_ref.data());
+    EXPECT_TRUE(same_bits(y, y_ref)) << "d " << s.d;
+  }
+}
+
+TYPED_TEST(RmsNorm, InPlaceForward) {
+  using T = TypeParam;
+  const std::int64_t rows = 4, d = 100;
+  auto x = random_vec<T>(rows * d, 18);
+  const auto w = random_vec<T>(d, 19);
+  std::vector<T> y(x.size());
+  std::vector<C<T>> rstd(rows);
+  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data());
+  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, x.data(), rstd.data());
+  EXPECT_TRUE(same_bits(x, y));
+}
+
+}  // namespace
