@@ -21,11 +21,12 @@
 //    c = sum_j g * x_hat / d, dx = (g - x_hat * c) * rstd rounded once to T;
 //    dw[j] = sum_r dy[r,j] * x_hat[r,j] in C (the caller rounds it to T).
 //
-// Determinism: every row's sums run in one fixed order (kRmsLanes
-// independent partial sums over j = k mod kRmsLanes, then a fixed halving
-// tree), whatever the thread count, the Runner's chunking or the SIMD level;
+// Determinism: every row's sums run in one fixed order (lane_sum: chunks
+// of 256, each in 16 partial sums over j mod 16, added into the row's 16
+// lanes, then a fixed halving tree), whatever the thread count, the Runner's chunking or the SIMD level;
 // dw's sum over rows is split into blocks whose number depends on rows and d
-// only (each block's rows in order, then the blocks in order). So forward
+// only (each block's rows in order, then the blocks in a fixed pairwise
+// tree). So forward
 // and backward are bit-identical for any Runner. -ffp-contract=off (the
 // tierkit::core target's flag) keeps the vector code's roundings the scalar
 // code's.
@@ -87,6 +88,43 @@ __attribute__((always_inline)) inline C combine_lanes(C (&acc)[kRmsLanes]) {
   return acc[0];
 }
 
+// sum_j term(j) over j in [0, d), in the documented order: chunks of
+// kRmsChunk elements, each summed in kRmsLanes partial sums (lane j mod
+// kRmsLanes), the chunk's lanes added to the row's lanes, then the halving
+// tree. Two levels keep a lane's sum short (16 terms a chunk, plus one per
+// chunk: 32 for d = 4096, not 256), so the float sum's error stays at or
+// below eager torch's cascade sum. block(j, v) writes the kRmsLanes terms at
+// j..j+kRmsLanes-1 (all its loads before its stores), one(j) gives one term.
+inline constexpr std::int64_t kRmsChunk = 256;
+template <typename C, typename Block, typename One>
+__attribute__((always_inline)) inline C lane_sum(std::int64_t d, const Block& block, const One& one) {
+  C row[kRmsLanes] = {};
+  for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+    const std::int64_t end = std::min(d, j0 + kRmsChunk);
+    C acc[kRmsLanes] = {};
+    std::int64_t j = j0;
+    for (; j + kRmsLanes <= end; j += kRmsLanes) {
+      C v[kRmsLanes];
+      block(j, v);
+      for (int k = 0; k < kRmsLanes; ++k) acc[k] += v[k];
+    }
+    for (int k = 0; j + k < end; ++k) acc[k] += one(j + k);
+    for (int k = 0; k < kRmsLanes; ++k) row[k] += acc[k];
+  }
+  return combine_lanes(row);
+}
+#define TIERKIT_RMS_LAMBDA __attribute__((always_inline))
+// lane_sum of term(j), which only loads.
+template <typename C, typename Term>
+__attribute__((always_inline)) inline C lane_sum_of(std::int64_t d, const Term& term) {
+  return lane_sum<C>(
+      d,
+      [&](std::int64_t j, C* v) TIERKIT_RMS_LAMBDA {
+        for (int k = 0; k < kRmsLanes; ++k) v[k] = term(j + k);
+      },
+      term);
+}
+
 // The row bodies, written once and compiled per SIMD level (below).
 #define TIERKIT_RMS_INLINE __attribute__((always_inline)) inline
 template <typename T>
@@ -113,18 +151,11 @@ struct RmsRows {
                                          std::int64_t hi, T* y, C* rstd) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
-      C acc[kRmsLanes] = {};
-      std::int64_t j = 0;
-      for (; j + kRmsLanes <= d; j += kRmsLanes)
-        for (int k = 0; k < kRmsLanes; ++k) {
-          const C v = load_compute(xr + j + k);
-          acc[k] += v * v;
-        }
-      for (int k = 0; j + k < d; ++k) {
-        const C v = load_compute(xr + j + k);
-        acc[k] += v * v;
-      }
-      const C rs = rstd_of(combine_lanes(acc), d, eps);
+      const C ss = lane_sum_of<C>(d, [xr](std::int64_t j) TIERKIT_RMS_LAMBDA {
+        const C v = load_compute(xr + j);
+        return v * v;
+      });
+      const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
       scale(xr, w, rs, d, y + r * d);
     }
@@ -137,22 +168,22 @@ struct RmsRows {
       const T* xr = x + r * d;
       const T* rr = res + r * d;
       T* hr = h + r * d;
-      C acc[kRmsLanes] = {};
-      std::int64_t j = 0;
-      for (; j + kRmsLanes <= d; j += kRmsLanes) {
-        // Every load of the block before any store: h may alias residual.
-        C s[kRmsLanes];
-        for (int k = 0; k < kRmsLanes; ++k) s[k] = load_compute(xr + j + k) + load_compute(rr + j + k);
-        for (int k = 0; k < kRmsLanes; ++k) {
-          const C v = store_rounded(hr + j + k, s[k]);
-          acc[k] += v * v;
-        }
-      }
-      for (int k = 0; j + k < d; ++k) {
-        const C v = store_rounded(hr + j + k, load_compute(xr + j + k) + load_compute(rr + j + k));
-        acc[k] += v * v;
-      }
-      const C rs = rstd_of(combine_lanes(acc), d, eps);
+      const C ss = lane_sum<C>(
+          d,
+          [&](std::int64_t j, C* v) TIERKIT_RMS_LAMBDA {
+            // Every load of the block before any store: h may be residual.
+            C sum[kRmsLanes];
+            for (int k = 0; k < kRmsLanes; ++k) sum[k] = load_compute(xr + j + k) + load_compute(rr + j + k);
+            for (int k = 0; k < kRmsLanes; ++k) {
+              const C hv = store_rounded(hr + j + k, sum[k]);
+              v[k] = hv * hv;
+            }
+          },
+          [&](std::int64_t j) TIERKIT_RMS_LAMBDA {
+            const C hv = store_rounded(hr + j, load_compute(xr + j) + load_compute(rr + j));
+            return hv * hv;
+          });
+      const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
       scale(hr, w, rs, d, y + r * d);
     }
@@ -171,21 +202,16 @@ struct RmsRows {
         for (std::int64_t j = 0; j < d; ++j) dwp[j] += load_compute(gr + j) * (load_compute(xr + j) * rs);
         continue;
       }
-      C acc[kRmsLanes] = {};
-      std::int64_t j = 0;
-      if (w) {
-        for (; j + kRmsLanes <= d; j += kRmsLanes)
-          for (int k = 0; k < kRmsLanes; ++k)
-            acc[k] += (load_compute(gr + j + k) * load_compute(w + j + k)) * (load_compute(xr + j + k) * rs);
-        for (int k = 0; j + k < d; ++k)
-          acc[k] += (load_compute(gr + j + k) * load_compute(w + j + k)) * (load_compute(xr + j + k) * rs);
-      } else {
-        for (; j + kRmsLanes <= d; j += kRmsLanes)
-          for (int k = 0; k < kRmsLanes; ++k)
-            acc[k] += load_compute(gr + j + k) * (load_compute(xr + j + k) * rs);
-        for (int k = 0; j + k < d; ++k) acc[k] += load_compute(gr + j + k) * (load_compute(xr + j + k) * rs);
-      }
-      const C c = combine_lanes(acc) / static_cast<C>(d);
+      // sum_j g * x_hat, g = dy * w (dy without a weight).
+      const C dot = w ? lane_sum_of<C>(d,
+                                       [=](std::int64_t j) TIERKIT_RMS_LAMBDA {
+                                         return (load_compute(gr + j) * load_compute(w + j)) *
+                                                (load_compute(xr + j) * rs);
+                                       })
+                      : lane_sum_of<C>(d, [=](std::int64_t j) TIERKIT_RMS_LAMBDA {
+                          return load_compute(gr + j) * (load_compute(xr + j) * rs);
+                        });
+      const C c = dot / static_cast<C>(d);
       T* dxr = dx + r * d;
       // dx may be dy or x exactly (element j reads only element j).
       if (w && dwp) {
@@ -257,6 +283,7 @@ void rms_backward_rows(const T* dy, const T* x, const T* w, const compute_t<T>* 
 }
 #undef TIERKIT_RMS_DISPATCH
 #undef TIERKIT_RMS_INLINE
+#undef TIERKIT_RMS_LAMBDA
 
 // Rows per chunk: about kGrain elements.
 inline std::int64_t rms_row_grain(std::int64_t d) {
@@ -304,26 +331,31 @@ void rms_norm_backward(const T* dy, const T* x, const T* w, const compute_t<T>* 
   }
   std::fill(dw, dw + d, C(0));
   if (rows <= 0 || d <= 0) return;
-  // Block b's partial sums: dw itself for block 0, scratch for the others;
-  // then dw[j] += block b's, b = 1, 2, ... in order.
+  // Block b's partial sums (its rows in order): dw itself for block 0,
+  // scratch for the others; then summed in a fixed tree into dw.
   const std::int64_t blocks = detail::rms_dw_blocks(rows, d);
   const std::int64_t per = (rows + blocks - 1) / blocks;
   std::unique_ptr<C[]> scratch(blocks > 1 ? new C[static_cast<std::size_t>((blocks - 1) * d)] : nullptr);
+  auto part = [&](std::int64_t b) { return b == 0 ? dw : scratch.get() + (b - 1) * d; };
   run(blocks, 1, [&](std::int64_t lo, std::int64_t hi) {
     for (std::int64_t b = lo; b < hi; ++b) {
-      C* part = b == 0 ? dw : scratch.get() + (b - 1) * d;
-      if (b > 0) std::fill(part, part + d, C(0));
+      C* p = part(b);
+      if (b > 0) std::fill(p, p + d, C(0));
       const std::int64_t r0 = std::min(rows, b * per), r1 = std::min(rows, r0 + per);
-      detail::rms_backward_rows<T>(dy, x, w, rstd, d, r0, r1, dx, part);
+      detail::rms_backward_rows<T>(dy, x, w, rstd, d, r0, r1, dx, p);
     }
   });
   if (blocks == 1) return;
+  // The blocks' sums in a fixed pairwise tree (block b += block b + s for
+  // s = 1, 2, 4, ...): log2(blocks) roundings instead of blocks - 1.
   run(d, std::max<std::int64_t>(1, detail::kGrain / blocks), [&](std::int64_t lo, std::int64_t hi) {
-    for (std::int64_t b = 1; b < blocks; ++b) {
-      const C* part = scratch.get() + (b - 1) * d;
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = lo; j < hi; ++j) dw[j] += part[j];
-    }
+    for (std::int64_t step = 1; step < blocks; step *= 2)
+      for (std::int64_t b = 0; b + step < blocks; b += 2 * step) {
+        C* into = part(b);
+        const C* from = part(b + step);
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t j = lo; j < hi; ++j) into[j] += from[j];
+      }
   });
 }
 
