@@ -5,6 +5,7 @@ timings) with generous margins; the pool is limited to the calling thread so
 the only parallelism is the one the GIL release allows.
 """
 
+import hashlib
 import os
 import threading
 import time
@@ -65,21 +66,28 @@ def test_two_threads_run_native_calls_at_once(single_threaded_kernels):
     # per second of wall clock; a held GIL parks the other thread on a
     # condition variable (no spinning), about 1 s per second. Speed-up would
     # also depend on the host: CI machines of this kind have given 1.15x for
-    # two threads on what lscpu calls two cores (shared execution units or a
-    # busy neighbour), while their CPU time still doubled.
+    # two threads on what lscpu calls two cores, while their CPU time still
+    # doubled. The baseline, measured beside it, is hashlib (which releases
+    # the GIL for large buffers): when even it cannot keep two CPUs busy (the
+    # other core taken by another process), the machine cannot show overlap
+    # and the test says so instead of failing.
     # Strided float16 keeps each call ~1 ms of scalar work, so GIL hand-offs
     # between calls are noise.
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs to run two threads at once")
     a = np.random.default_rng(0).standard_normal((1024, 512)).astype(np.float16)[:, ::2]
     outs = [np.empty((1024, 512), np.float16)[:, ::2], np.empty((1024, 512), np.float16)[:, ::2]]
-    reps = 60
+    blob = bytes(8 << 20)
 
-    def work(i):
-        for _ in range(reps):
+    def ours(i):
+        for _ in range(60):
             tb.muladd(a, a, 1.0, out=outs[i])
 
-    def cpu_per_wall():
+    def baseline(i):
+        for _ in range(6):
+            hashlib.sha256(blob).digest()
+
+    def cpu_per_wall(work):
         threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
         wall0, cpu0 = time.perf_counter(), time.process_time()
         for t in threads:
@@ -88,16 +96,21 @@ def test_two_threads_run_native_calls_at_once(single_threaded_kernels):
             t.join()
         return (time.process_time() - cpu0) / (time.perf_counter() - wall0)
 
-    work(0)  # warm
+    ours(0)  # warm
     # A held GIL cannot lift the ratio much above 1, so the best of a few
-    # trials cannot pass falsely; the retries ride out moments when the other
-    # CPU is taken by something else on the host.
-    ratios = []
-    for _ in range(4):
-        ratios.append(cpu_per_wall())
-        if ratios[-1] > 1.5:
+    # trials cannot pass falsely.
+    trials = []
+    for _ in range(5):
+        trials.append((cpu_per_wall(ours), cpu_per_wall(baseline)))
+        if trials[-1][0] > 1.5:
             break
     expected = (a.astype(np.float32) * a.astype(np.float32) + 1.0).astype(np.float16)
     np.testing.assert_array_equal(outs[0], expected)
     np.testing.assert_array_equal(outs[1], expected)
-    assert max(ratios) > 1.5, f"CPU seconds per wall second with two threads: {ratios}"
+    if max(t[0] for t in trials) > 1.5:
+        return
+    if max(t[1] for t in trials) < 1.5:
+        pytest.skip(
+            f"the machine is busy: even hashlib's two threads used {trials} CPU s per wall s (ours, hashlib)"
+        )
+    raise AssertionError(f"CPU seconds per wall second with two threads (ours, hashlib's): {trials}")

@@ -33,6 +33,16 @@ inline constexpr const char* kOpSchemas[] = {
     "_accepted_dtypes() -> str[]",
 };
 
+// The row reductions (RMSNorm), registered by torch-cpu; their kernels are
+// written for the kind (csrc/rms_norm.cpp), not derived per entry.
+inline constexpr const char* kRowReductionSchemas[] = {
+    "rms_norm(Tensor x, Tensor? weight=None, float? eps=None) -> Tensor",
+    "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None) -> (Tensor, Tensor)",
+    "add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight=None, float? eps=None) -> Tensor",
+    "_rms_norm_forward(Tensor x, Tensor? weight, float eps) -> (Tensor, Tensor)",
+    "_rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor rstd) -> (Tensor, Tensor)",
+};
+
 // X(name, Functor, tensor arguments, float arguments): the pointwise ops.
 // Functor: tierkit::kernels::<Functor>Op<C> on the CPU, <Functor>F<C> on CUDA.
 #define TIERKIT_POINTWISE_OPS(X) \

@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .op_table import OPS, OUT_WRITERS, Op, find
+from .op_table import OPS, OUT_WRITERS, ROW_REDUCTIONS, Op, find
 
 HEADER = Path(__file__).resolve().parents[2] / "include" / "tierkit" / "op_table.h"
 # The bridge's stub holds its ops' signatures (stubtest compares them with the
@@ -121,6 +121,12 @@ inline constexpr const char* kOpSchemas[] = {{
 {chr(10).join(f'    "{s}",' for s in schemas)}
     // The accepted dtypes' names (core's dtype table), for the Python side's checks.
     "_accepted_dtypes() -> str[]",
+}};
+
+// The row reductions (RMSNorm), registered by torch-cpu; their kernels are
+// written for the kind (csrc/rms_norm.cpp), not derived per entry.
+inline constexpr const char* kRowReductionSchemas[] = {{
+{chr(10).join(f'    "{r.schema}",' for r in ROW_REDUCTIONS)}
 }};
 
 // X(name, Functor, tensor arguments, float arguments): the pointwise ops.

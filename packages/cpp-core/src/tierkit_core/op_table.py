@@ -189,6 +189,54 @@ OUT_WRITERS: tuple[OutWriter, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class RowReduction:
+    """An op of the second kind: a reduction over the last dimension, with
+    saved state (RMSNorm). Its kernels, autograd node, fakes, vmap and
+    sharding rules are written for the kind (torch-cpu's csrc/rms_norm.cpp and
+    _norms.py, docs/reductions.md), not derived per entry as the pointwise
+    ones are; the entries here hold what is declared: schema and docs line.
+    ``internal``: a building block of the others' autograd (saved ``rstd``),
+    not part of the public face."""
+
+    name: str
+    schema: str
+    doc: str
+    internal: bool = False
+    kind: str = "row_reduction"
+
+
+ROW_REDUCTIONS: tuple[RowReduction, ...] = (
+    RowReduction(
+        name="rms_norm",
+        schema="rms_norm(Tensor x, Tensor? weight=None, float? eps=None) -> Tensor",
+        doc="F.rms_norm(x, (x.size(-1),), weight, eps): x / sqrt(mean(x^2, -1) + eps) * weight",
+    ),
+    RowReduction(
+        name="add_rms_norm",
+        schema="add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None) -> (Tensor, Tensor)",
+        doc="(rms_norm(h, weight, eps), h) with h = x + residual rounded to the dtype, in one pass",
+    ),
+    RowReduction(
+        name="add_rms_norm_",
+        schema="add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight=None, float? eps=None) -> Tensor",
+        doc="residual becomes h = x + residual; returns rms_norm(h, weight, eps) (vLLM's fused_add_rms_norm)",
+    ),
+    RowReduction(
+        name="_rms_norm_forward",
+        schema="_rms_norm_forward(Tensor x, Tensor? weight, float eps) -> (Tensor, Tensor)",
+        doc="(y, rstd): the forward and the per-row 1/sqrt(mean(x^2) + eps) its backward reads",
+        internal=True,
+    ),
+    RowReduction(
+        name="_rms_norm_backward",
+        schema="_rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor rstd) -> (Tensor, Tensor)",
+        doc="(grad_x, grad_weight) from the saved rstd; grad_weight reduced across rows in a fixed order",
+        internal=True,
+    ),
+)
+
+
 def find(name: str) -> Op:
     for op in OPS:
         if op.name == name:

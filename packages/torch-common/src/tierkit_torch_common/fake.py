@@ -193,3 +193,86 @@ def _bound_on_first_call(
         return scope[key](*args, **kwargs)
 
     return first_call
+
+
+def register_row_reduction_fakes(
+    torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None
+) -> None:
+    """Fake kernels for the row reductions (op_table.ROW_REDUCTIONS: rms_norm
+    and its family) in `ns`, with the C++ kernels' checks and messages
+    (torch-cpu's csrc/rms_norm.h): outputs contiguous, rstd of x's leading
+    dims and a 1, in float32 (float64 for float64 x)."""
+    accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
+    accepted_text = _join(list(accepted_dtypes))
+    register = torch.library.register_fake
+
+    def check(op: str, x: Any, weight: Any) -> None:
+        if x.dim() == 0:
+            raise RuntimeError(
+                f"{op}: x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor"
+            )
+        if x.dtype not in accepted:
+            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {_name(x.dtype)}")
+        if weight is None:
+            return
+        if weight.device != x.device:
+            raise RuntimeError(f"{op}: weight: expected device {x.device} (same as x), got {weight.device}")
+        if weight.dtype != x.dtype:
+            raise RuntimeError(
+                f"{op}: weight: expected dtype {_name(x.dtype)} (same as x), got {_name(weight.dtype)}"
+            )
+        torch._check(
+            weight.dim() == 1 and weight.shape[0] == x.shape[-1],
+            lambda: (
+                f"{op}: weight: expected shape [{x.shape[-1]}] (x's last dimension), got {list(weight.shape)}"
+            ),
+        )
+
+    def fresh(x: Any) -> Any:
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    def rstd_of(x: Any) -> Any:
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return x.new_empty((*x.shape[:-1], 1), dtype=dtype)
+
+    def same(op: str, t: Any, name: str, x: Any) -> None:
+        if t.dtype != x.dtype:
+            raise RuntimeError(
+                f"{op}: {name}: expected dtype {_name(x.dtype)} (same as x), got {_name(t.dtype)}"
+            )
+        torch._check(
+            t.shape == x.shape,
+            lambda: f"{op}: {name}: expected shape {list(x.shape)} (same as x), got {list(t.shape)}",
+        )
+
+    def rms_norm(x: Any, weight: Any = None, eps: Any = None) -> Any:
+        check(f"{ns}::rms_norm", x, weight)
+        return fresh(x)
+
+    def add_rms_norm(x: Any, residual: Any, weight: Any = None, eps: Any = None) -> Any:
+        check(f"{ns}::add_rms_norm", x, weight)
+        same(f"{ns}::add_rms_norm", residual, "residual", x)
+        return fresh(x), fresh(x)
+
+    def add_rms_norm_(x: Any, residual: Any, weight: Any = None, eps: Any = None) -> Any:
+        check(f"{ns}::add_rms_norm_", x, weight)
+        same(f"{ns}::add_rms_norm_", residual, "residual", x)
+        return fresh(x)
+
+    def forward(x: Any, weight: Any, eps: float) -> Any:
+        check(f"{ns}::_rms_norm_forward", x, weight)
+        return fresh(x), rstd_of(x)
+
+    def backward(grad: Any, x: Any, weight: Any, rstd: Any) -> Any:
+        check(f"{ns}::_rms_norm_backward", x, weight)
+        same(f"{ns}::_rms_norm_backward", grad, "grad", x)
+        return fresh(x), (torch.empty_like(weight) if weight is not None else x.new_empty((0,)))
+
+    for name, fn in (
+        ("rms_norm", rms_norm),
+        ("add_rms_norm", add_rms_norm),
+        ("add_rms_norm_", add_rms_norm_),
+        ("_rms_norm_forward", forward),
+        ("_rms_norm_backward", backward),
+    ):
+        register(f"{ns}::{name}", fn, lib=lib)

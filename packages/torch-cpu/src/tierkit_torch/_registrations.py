@@ -13,9 +13,9 @@ measurable.
 from __future__ import annotations
 
 import torch
-from tierkit_torch_common.fake import register_fake_kernels
+from tierkit_torch_common.fake import register_fake_kernels, register_row_reduction_fakes
 
-from . import _sharding, _vmap
+from . import _norms, _sharding, _vmap
 
 _registered = False
 
@@ -26,7 +26,10 @@ def register() -> None:
     if _registered:
         return
     # The accepted dtypes come from core's dtype table, through the C++ library.
-    register_fake_kernels(torch, "tierkit", list(torch.ops.tierkit._accepted_dtypes()))
+    accepted = list(torch.ops.tierkit._accepted_dtypes())
+    register_fake_kernels(torch, "tierkit", accepted)
+    register_row_reduction_fakes(torch, "tierkit", accepted)
     _vmap.register()
+    _norms.register_vmap()
     _sharding.install()
     _registered = True

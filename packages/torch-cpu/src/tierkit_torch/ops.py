@@ -15,7 +15,10 @@ from tierkit_torch_common.fake import typed_faces
 
 _FACES = typed_faces(torch, torch.ops.tierkit, "tierkit_torch")
 globals().update(_FACES)
-__all__ = sorted(_FACES)
+
+# The row reductions' faces are written for their kind (_norms.py).
+
+__all__ = sorted([*_FACES, "add_rms_norm", "add_rms_norm_", "rms_norm"])
 
 if TYPE_CHECKING:  # the functions are made at import; to a type checker, each is a callable
 

@@ -9,7 +9,7 @@ save)``. The runner, the report and the target evaluation loop over them.
 
 from __future__ import annotations
 
-from . import allocation, boundary, dispatch, exports, gil, gpu, kernels, percall, stable_abi, stream
+from . import allocation, boundary, dispatch, exports, gil, gpu, kernels, percall, silu, stable_abi, stream
 from ._common import Config, Skip
 
 SECTIONS = {
@@ -23,6 +23,7 @@ SECTIONS = {
     "allocation": allocation,
     "gpu": gpu,
     "stable_abi": stable_abi,
+    "silu": silu,
 }
 
 __all__ = ["SECTIONS", "Config", "Skip"]

@@ -1,0 +1,63 @@
+// What the row reductions' CPU and Autograd kernels share: their argument
+// checks, torch's default eps, and rstd's shape and dtype.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "tierkit_torch/checks.h"
+
+namespace tierkit_torch {
+
+// The arguments' rules (no size is read but the last dim's, so symbolic
+// batch sizes stay symbolic when torch.compile or export traces the
+// Autograd kernel).
+inline void check_rows(const char* op, const at::Tensor& x, const std::optional<at::Tensor>& weight) {
+  check_defined(op, x, "x");
+  TORCH_CHECK(x.dim() >= 1, op,
+              ": x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
+  check_first(op, x, "x", c10::DeviceType::CPU);
+  if (weight && weight->defined()) {
+    const at::Tensor& w = *weight;
+    TORCH_CHECK(w.device() == x.device(), op, ": weight: expected device ", x.device(), " (same as x), got ",
+                w.device());
+    TORCH_CHECK(w.scalar_type() == x.scalar_type(), op, ": weight: expected dtype ", dtype_name(x.scalar_type()),
+                " (same as x), got ", dtype_name(w.scalar_type()));
+    TORCH_CHECK(w.dim() == 1 && w.sym_size(0) == x.sym_size(-1), op, ": weight: expected shape [",
+                x.sym_size(-1), "] (x's last dimension), got ", w.sym_sizes());
+  }
+}
+
+// x's rows (every leading dim) and their length d (the last dim), for the kernels.
+struct Rows {
+  int64_t rows = 0, d = 0;
+};
+
+inline Rows rows_of(const at::Tensor& x) {
+  int64_t rows = 1;
+  for (int64_t i = 0; i + 1 < x.dim(); ++i) rows *= x.size(i);
+  return {rows, x.size(-1)};
+}
+
+// torch's default: the compute type's machine epsilon (F.rms_norm's opmath).
+inline double eps_or_default(const at::Tensor& x, std::optional<double> eps) {
+  if (eps) return *eps;
+  return x.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
+                                        : std::numeric_limits<float>::epsilon();
+}
+
+// rstd's shape: x's leading dims and a 1 (aten's _fused_rms_norm keeps the dim).
+inline std::vector<int64_t> rstd_shape(const at::Tensor& x) {
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = 1;
+  return shape;
+}
+
+inline at::ScalarType rstd_dtype(const at::Tensor& x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+}  // namespace tierkit_torch
