@@ -5,6 +5,7 @@ or none without affine), so ``load_state_dict`` works both ways."""
 from __future__ import annotations
 
 import numbers
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -22,7 +23,7 @@ class RMSNorm(torch.nn.Module):
     the op: cast the module, as ``model.to(torch.bfloat16)`` does).
     """
 
-    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+    __constants__: ClassVar[list[str]] = ["normalized_shape", "eps", "elementwise_affine"]
 
     def __init__(
         self,
