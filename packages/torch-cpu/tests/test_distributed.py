@@ -153,6 +153,46 @@ def test_dtensor_placements_and_values():
     assert results["silu_mul P*R"][0] != ["P(sum)"]
 
 
+def _rms_norm_worker(rank):
+    import tierkit_torch  # noqa: F401
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    ops = torch.ops.tierkit
+    mesh = init_device_mesh("cpu", (WORLD,))
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 6, 8, generator=gen), torch.randn(8, generator=gen)
+    out = {}
+    dw_ = distribute_tensor(w, mesh, [Replicate()])
+    for placement in (Shard(0), Shard(1), Shard(2), Replicate()):
+        dx = distribute_tensor(x, mesh, [placement]).requires_grad_()
+        dw = dw_.detach().requires_grad_()
+        y = ops.rms_norm(dx, dw, 1e-6)
+        want = F.rms_norm(x, (8,), w, 1e-6)
+        gx, gw = torch.autograd.grad(y.sum(), (dx, dw))
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        ex, ew = torch.autograd.grad(F.rms_norm(xr, (8,), wr, 1e-6).sum(), (xr, wr))
+        out[str(placement)] = (
+            [str(p) for p in y.placements],
+            bool(torch.allclose(y.full_tensor(), want, rtol=1e-5, atol=1e-6)),
+            bool(torch.allclose(gx.full_tensor(), ex, rtol=1e-4, atol=1e-5)),
+            bool(torch.allclose(gw.full_tensor(), ew, rtol=1e-4, atol=1e-5)),
+        )
+    return out
+
+
+def test_dtensor_rms_norm_rows_shard_without_communication():
+    per_rank = _run(_rms_norm_worker)
+    assert per_rank[0] == per_rank[1]
+    results = per_rank[0]
+    for placement, (placements, values, grad_x, grad_w) in results.items():
+        assert values and grad_x and grad_w, (placement, results[placement])
+    # A batch dim keeps its shard; the normalised dim is made whole first.
+    assert results["S(0)"][0] == ["S(0)"] and results["S(1)"][0] == ["S(1)"]
+    assert results["S(2)"][0] != ["S(2)"]
+
+
 # ---- DDP ---------------------------------------------------------------------------
 
 
