@@ -23,11 +23,19 @@ RUNNER = Path(__file__).resolve().parents[1] / "examples" / "aoti-runner"
 class Model(torch.nn.Module):
     """Every functional tierkit op, in one graph."""
 
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 16), requires_grad=False)
+
     def forward(self, x, y):
         h = ops.custom_add(x, y)
         h = ops.mul(h, y)
         h = ops.scale_shift(h, 1.5, -0.25)
-        return ops.muladd(h, x, 0.5)
+        h = ops.muladd(h, x, 0.5)
+        h = ops.silu_mul(h, y)
+        h = ops.rms_norm(h, self.weight, 1e-6)
+        n, r = ops.add_rms_norm(h, x, None, None)
+        return ops.custom_add(n, r)
 
 
 @pytest.fixture(scope="module")
