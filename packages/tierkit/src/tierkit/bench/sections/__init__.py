@@ -9,7 +9,20 @@ save)``. The runner, the report and the target evaluation loop over them.
 
 from __future__ import annotations
 
-from . import allocation, boundary, dispatch, exports, gil, gpu, kernels, percall, silu, stable_abi, stream
+from . import (
+    allocation,
+    boundary,
+    dispatch,
+    exports,
+    gil,
+    gpu,
+    kernels,
+    percall,
+    rms,
+    silu,
+    stable_abi,
+    stream,
+)
 from ._common import Config, Skip
 
 SECTIONS = {
@@ -24,6 +37,7 @@ SECTIONS = {
     "gpu": gpu,
     "stable_abi": stable_abi,
     "silu": silu,
+    "rms": rms,
 }
 
 __all__ = ["SECTIONS", "Config", "Skip"]
