@@ -127,7 +127,7 @@ def tests_abi3(session: nox.Session) -> None:
     """torch-cpu's and torch-stable's cp310-abi3 wheels, built once here, tested
     unchanged under Python 3.13 with torch 2.14.1 from the registry (on demand:
     a ~3 GB download, 5.5 GB of disk)."""
-    py = shared_env(session, *requirements_for(["core", "torch", "stable"]))
+    py = shared_env(session, *requirements_for(["core", "common", "torch", "stable"]))
     matrix.test_abi3_wheels_on_python(session, py, tuple(session.posargs))
 
 
@@ -183,7 +183,9 @@ def sanitize(session: nox.Session) -> None:
         targets=("core_tests", "tsan_canary"),  # not fp_contract_tests: nothing threaded there
     )
     sanitized = [name for name, tier in TIERS.items() if tier.sanitized]
-    py = env_with(session, ["core"], *requirements_for(sanitized))
+    # What the sanitized tiers build against, uninstrumented (core, torch-common).
+    needs = list(dict.fromkeys(n for name in sanitized for n in TIERS[name].needs if n not in sanitized))
+    py = env_with(session, needs, *requirements_for(sanitized))
     sanitizers.reset_site()
     for name in sanitized:
         sanitizers.sanitize_tier(session, py, name)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this modu
     import nox
 
 from .env import BUILD_DIR, BUILD_ENV, ROOT, has_cuda_toolkit, install_tiers, shared_env
-from .tiers import BASE, TIERS
+from .tiers import BASE, TIERS, with_deps
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 PER_PYTHON_TIERS = ("core", "bridge", "tools")  # their wheels are built per interpreter
@@ -101,7 +101,11 @@ def test_abi3_wheels_on_python(session: nox.Session, py: str, pytest_args: tuple
     from .tiers import TORCH
     from .wheels import build_from_sdist, sha256
 
-    wheels = {name: build_from_sdist(session, py, name) for name in ("core", "torch", "stable")}
+    # The two tiers and what their wheels require (core, torch-common).
+    wheels = {
+        name: build_from_sdist(session, py, name)
+        for name in dict.fromkeys([*with_deps("torch"), *with_deps("stable")])
+    }
     for name in ("torch", "stable"):
         assert wheels[name].name.endswith("-cp310-abi3-linux_x86_64.whl"), wheels[name].name
     vpy = python_env(session, ABI3_PYTHON, TORCH, suffix="-torch")
@@ -132,7 +136,7 @@ def test_torch_next(session: nox.Session, pytest_args: tuple[str, ...]) -> None:
     fails, the doctor explains the log and the CUDA part is skipped, saying why."""
     py = next_torch_env(session, BASE)
     stamps = NEXT_ENV / ".tierkit-stamps"
-    install_tiers(session, py, ["core", "torch"], stamps=stamps)
+    install_tiers(session, py, with_deps("torch"), stamps=stamps)
     version = subprocess.check_output([py, "-c", "import torch; print(torch.__version__)"], text=True).strip()
     session.log(f"==== torch-cpu built against torch {version}")
     jit = {"TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / "jit-torch-next")}

@@ -459,6 +459,8 @@ py::dict op_parameters() {
 
 }  // namespace
 
+unsigned max_threads() { return g_max_threads.load(std::memory_order_relaxed); }
+
 void bind_ops(py::module_& m) {
   if (PyModule_AddFunctions(m.ptr(), kOpMethods) != 0) throw py::error_already_set();
   m.def("_op_parameters", &op_parameters,

@@ -94,6 +94,10 @@ RUN_BY = {
         "tests-tools",
         "runs this very suite (its second line is how a bare venv runs it)",
     ),
+    ("packages/torch-common/README.md", "pip install packages/cpp-core packages/torch-common"): (
+        "tests-common",
+        "installs core and this package beside torch and runs its tests: what tests-common does",
+    ),
     ("packages/torch-cpu/README.md", "bash ci/nox.sh -s tests-torch"): (
         "tests-torch sanitize",
         "the sessions",

@@ -186,7 +186,7 @@ def test_dtensor_rms_norm_rows_shard_without_communication():
     per_rank = _run(_rms_norm_worker)
     assert per_rank[0] == per_rank[1]
     results = per_rank[0]
-    for placement, (placements, values, grad_x, grad_w) in results.items():
+    for placement, (_, values, grad_x, grad_w) in results.items():
         assert values and grad_x and grad_w, (placement, results[placement])
     # A batch dim keeps its shard; the normalised dim is made whole first.
     assert results["S(0)"][0] == ["S(0)"] and results["S(1)"][0] == ["S(1)"]

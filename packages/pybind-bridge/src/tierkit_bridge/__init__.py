@@ -21,6 +21,7 @@ from ._bridge import *  # noqa: F403  (Buffer, allocator, ... and one function p
 from ._bridge import (
     _noop as _noop,  # explicit re-export: the bench measures a bare bound call
 )
+from ._norms import rms_norm as rms_norm
 
-__all__ = sorted(name for name in vars(_bridge) if not name.startswith("_"))
+__all__ = sorted([*(name for name in vars(_bridge) if not name.startswith("_")), "rms_norm"])
 __version__ = _metadata.version("tierkit-bridge")  # one source: the repository's VERSION

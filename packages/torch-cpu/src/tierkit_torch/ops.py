@@ -17,6 +17,9 @@ _FACES = typed_faces(torch, torch.ops.tierkit, "tierkit_torch")
 globals().update(_FACES)
 
 # The row reductions' faces are written for their kind (_norms.py).
+from ._norms import add_rms_norm as add_rms_norm  # noqa: E402
+from ._norms import add_rms_norm_ as add_rms_norm_  # noqa: E402
+from ._norms import rms_norm as rms_norm  # noqa: E402
 
 __all__ = sorted([*_FACES, "add_rms_norm", "add_rms_norm_", "rms_norm"])
 
