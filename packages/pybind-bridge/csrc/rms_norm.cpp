@@ -16,7 +16,8 @@ namespace tierkit_bridge {
 namespace {
 
 void require_contiguous(const tierkit::TensorView& v, const char* name) {
-  if (!v.is_contiguous()) throw py::value_error(std::string("_rms_norm: ") + name + ": expected a C-contiguous array");
+  if (!v.is_contiguous())
+    throw py::value_error(std::string("_rms_norm: ") + name + ": expected a C-contiguous array");
 }
 
 // out[r, :] = rms_norm(x[r, :]) * weight, for every row r of the last dimension.

@@ -17,15 +17,16 @@ namespace tierkit_torch {
 // Autograd kernel).
 inline void check_rows(const char* op, const at::Tensor& x, const std::optional<at::Tensor>& weight) {
   check_defined(op, x, "x");
-  TORCH_CHECK(x.dim() >= 1, op,
-              ": x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
+  TORCH_CHECK(
+      x.dim() >= 1, op,
+      ": x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
   check_first(op, x, "x", c10::DeviceType::CPU);
   if (weight && weight->defined()) {
     const at::Tensor& w = *weight;
     TORCH_CHECK(w.device() == x.device(), op, ": weight: expected device ", x.device(), " (same as x), got ",
                 w.device());
-    TORCH_CHECK(w.scalar_type() == x.scalar_type(), op, ": weight: expected dtype ", dtype_name(x.scalar_type()),
-                " (same as x), got ", dtype_name(w.scalar_type()));
+    TORCH_CHECK(w.scalar_type() == x.scalar_type(), op, ": weight: expected dtype ",
+                dtype_name(x.scalar_type()), " (same as x), got ", dtype_name(w.scalar_type()));
     TORCH_CHECK(w.dim() == 1 && w.sym_size(0) == x.sym_size(-1), op, ": weight: expected shape [",
                 x.sym_size(-1), "] (x's last dimension), got ", w.sym_sizes());
   }

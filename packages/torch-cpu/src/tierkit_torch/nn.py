@@ -5,7 +5,8 @@ or none without affine), so ``load_state_dict`` works both ways."""
 from __future__ import annotations
 
 import numbers
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor
@@ -34,9 +35,10 @@ class RMSNorm(torch.nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        shape = (
-            (normalized_shape,) if isinstance(normalized_shape, numbers.Integral) else tuple(normalized_shape)
-        )
+        if isinstance(normalized_shape, numbers.Integral):
+            shape: tuple[int, ...] = (int(normalized_shape),)
+        else:
+            shape = tuple(int(s) for s in cast("Sequence[int]", normalized_shape))
         if len(shape) != 1:
             raise ValueError(
                 "tierkit_torch.RMSNorm: normalized_shape: expected one dimension (tierkit normalises the last), "

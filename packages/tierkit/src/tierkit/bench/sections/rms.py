@@ -60,7 +60,7 @@ PROBE = textwrap.dedent("""
             s = interleaved(impls, reps, inner_for(rows_ * d * x.element_size() * 2 / 10e9), warmup=1)
             for impl, t in s.items():
                 kind = "add" if "add_rms" in impl or impl.startswith("x + r") else ("fwd+bwd" if "bwd" in impl else "fwd")
-                row = {"impl": impl, "rows": rows_, "d": d, "dtype": str(dtype).removeprefix("torch."),
+                row = {"impl": impl, "nrows": rows_, "d": d, "dtype": str(dtype).removeprefix("torch."),
                        "seconds": t.seconds, "gbs": rows_ * d * x.element_size() * 2 / t.median / 1e9}
                 if impl != limit:
                     row["ours_over_theirs"] = paired_ratio(t, s[refs[kind]])
@@ -112,7 +112,7 @@ def markdown(results: dict) -> list[str]:
             [
                 [
                     r["impl"],
-                    f"[{r['rows']}, {r['d']}]",
+                    f"[{r['nrows']}, {r['d']}]",
                     r["dtype"],
                     timed(r),
                     f"{r['gbs']:.1f}",
@@ -143,13 +143,13 @@ def targets(results: dict) -> list[dict]:
                 ("torch.compile fwd+bwd (THP)", 2.0),
                 ("x + r, then torch op rms_norm", 1.2),
             ):
-                r = pick(rows, impl=peer, rows=rows_, d=d, dtype=dtype)
+                r = pick(rows, impl=peer, nrows=rows_, d=d, dtype=dtype)
                 if r:
                     ratio = round(r[0]["ours_over_theirs"], 2)
                     out.append(
                         target(f"rms_norm vs {peer} >= {factor}x, {where}", factor, ratio, ratio >= factor)
                     )
-            r = pick(rows, impl="torch op fwd", rows=rows_, d=d, dtype=dtype)
+            r = pick(rows, impl="torch op fwd", nrows=rows_, d=d, dtype=dtype)
             if r and "of_limit" in r[0]:
                 frac = round(r[0]["of_limit"], 2)
                 out.append(
