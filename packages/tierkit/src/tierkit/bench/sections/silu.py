@@ -138,7 +138,7 @@ def targets(results: dict) -> list[dict]:
     for n in (1_000_000, 16_000_000):
         for dtype in ("float32", "bfloat16"):
             for peer, factor in (("torch eager (THP)", 2.0), ("torch.compile (THP)", 1.0)):
-                name = f"torch op silu_mul >= {factor} x {peer} at n={n:.0e}, {dtype}"
+                name = f"torch op silu_mul >= {factor} x {peer} at n={n:.2g}, {dtype}"
                 r = pick(rows, impl=peer, n=n, dtype=dtype)
                 if r:
                     ratio = round(r[0]["ours_over_theirs"], 2)
@@ -147,7 +147,7 @@ def targets(results: dict) -> list[dict]:
         if r:
             ratio = round(r[0]["ours_over_theirs"], 2)
             out.append(
-                target(f"bridge silu_mul >= 2.0 x numpy at n={n:.0e}, float32", 2.0, ratio, ratio >= 2.0)
+                target(f"bridge silu_mul >= 2.0 x numpy at n={n:.2g}, float32", 2.0, ratio, ratio >= 2.0)
             )
     acc = [r for r in results["sections"].get("silu", {}).get("rows", []) if r.get("impl") == "accuracy"]
     for r in acc:
