@@ -160,14 +160,19 @@ def test_tier_not_installed_is_a_warning(monkeypatch):
         raise tiers.importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(tiers.importlib.metadata, "version", missing)
-    (check,) = tiers.tier_checks(tiers.TIERS[1], TORCH_13)
+    (check,) = tiers.tier_checks(_tier("tierkit_bridge"), TORCH_13)
     assert check.status == Status.WARN and "packages/pybind-bridge" in check.fix
     # The advice is the command that works: tierkit-core is on no index, so the
     # bridge must be built without isolation after core is installed.
     assert "pip install --no-build-isolation packages/pybind-bridge" in check.fix
     assert check.fix.index("packages/cpp-core") < check.fix.index("packages/pybind-bridge")
-    (cuda,) = tiers.tier_checks(tiers.TIERS[3], TORCH_13)
+    (cuda,) = tiers.tier_checks(_tier("tierkit_cuda"), TORCH_13)
     assert "separate command" in cuda.fix and "--no-build-isolation packages/torch-cuda" in cuda.fix
+
+
+def _tier(module):
+    """The doctor's entry for `module` (by name: the list's order is the install order)."""
+    return next(t for t in tiers.TIERS if t.module == module)
 
 
 def test_doctor_says_which_environment_it_examines():
@@ -192,7 +197,7 @@ def test_cuda_home_is_reported_once(fake_bin, monkeypatch):
 
 def test_installed_core_imports():
     pytest.importorskip("tierkit_core")
-    (check,) = tiers.tier_checks(tiers.TIERS[0], None)
+    (check,) = tiers.tier_checks(_tier("tierkit_core"), None)
     assert check.status == Status.OK
 
 
@@ -202,7 +207,7 @@ def test_torch_tier_built_against_another_torch_fails(monkeypatch):
     monkeypatch.setattr(
         tiers, "build_info", lambda module: {"TORCH_VERSION": "2.0.0", "CXX11_ABI": not info["abi"]}
     )
-    checks = by_name(tiers.tier_checks(tiers.TIERS[2], info))
+    checks = by_name(tiers.tier_checks(_tier("tierkit_torch"), info))
     assert (
         checks["tier 2 torch-cpu torch"].status == Status.FAIL
         and "no-build-isolation" in checks["tier 2 torch-cpu torch"].fix
@@ -213,7 +218,7 @@ def test_torch_tier_built_against_another_torch_fails(monkeypatch):
 def test_torch_tier_reports_ops_and_keys():
     pytest.importorskip("tierkit_torch")
     info, _ = torch_cuda.torch_info()
-    checks = by_name(tiers.tier_checks(tiers.TIERS[2], info))
+    checks = by_name(tiers.tier_checks(_tier("tierkit_torch"), info))
     ops = checks["tier 2 torch-cpu ops"]
     assert ops.status == Status.OK and "custom_add[CPU/Meta/Autograd" in ops.value
     assert checks["tier 2 torch-cpu torch"].status == Status.OK
@@ -222,7 +227,7 @@ def test_torch_tier_reports_ops_and_keys():
 def test_broken_extension_import_is_reported_not_fatal(monkeypatch):
     monkeypatch.setattr(tiers, "_import", lambda module: tiers.probe.Result(139, "", "Segmentation fault"))
     monkeypatch.setattr(tiers.importlib.metadata, "version", lambda name: "0.1.0")
-    (check,) = tiers.tier_checks(tiers.TIERS[1], None)
+    (check,) = tiers.tier_checks(_tier("tierkit_bridge"), None)
     assert check.status == Status.FAIL and "Segmentation fault" in check.value
 
 
