@@ -10,23 +10,26 @@
 #include <array>
 #include <tuple>
 
-#include "tierkit/huge_pages.h"
 #include "tierkit/op_table.h"
 #include "tierkit_torch/checks.h"
 #include "tierkit_torch/op_signatures.h"
 #include "view.h"
+#include "warm_allocator.h"
 
 namespace tierkit_torch {
 namespace {
 
 constexpr auto kCPU = c10::DeviceType::CPU;
 
+// The result of a plain call (inputs of one shape and dtype), laid out as
+// new_output's, from warm memory (warm_allocator.h): a large fresh output
+// would otherwise cost a page fault per 4 KiB, more than the kernel.
 at::Tensor fresh_output(c10::ArrayRef<const at::Tensor*> inputs) {
-  at::Tensor out = new_output(inputs);
-  // Fresh and untouched: for large outputs, page faults cost more than the
-  // kernel; huge pages make them 512x fewer (see tierkit/huge_pages.h).
-  tierkit::advise_huge_pages(out.data_ptr(), out.nbytes());
-  return out;
+  const at::Tensor& first = **inputs.begin();
+  if (!same_dense_layout(inputs)) return new_output(inputs);
+  if (first.dim() > 1 && !first.is_contiguous())
+    return warm_empty_strided(first.sizes(), first.strides(), first.options());
+  return warm_empty(first.sizes(), first.options());
 }
 
 // The dense fast path of run_views: kernel.flat(in..., out, n) on chunks.

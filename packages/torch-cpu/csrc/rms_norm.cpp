@@ -14,23 +14,18 @@
 #include <vector>
 
 #include "rms_norm.h"
-#include "tierkit/huge_pages.h"
 #include "tierkit/rms_norm.h"
 #include "view.h"
+#include "warm_allocator.h"
 
 namespace tierkit_torch {
 namespace {
 
-// A fresh contiguous output like x. Large ones are advised huge pages, as the
-// pointwise ops' are (tierkit/huge_pages.h): page faults on a fresh 64 MiB
-// output cost more than the kernel (measured: rms_norm over [4096, 4096]
-// float32 took 32 ms in the bench beside eager's huge-paged 45 ms; core's kernel
-// alone, on one thread, 13 ms).
-at::Tensor fresh_like(const at::Tensor& x) {
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(c10::MemoryFormat::Contiguous));
-  tierkit::advise_huge_pages(out.data_ptr(), out.nbytes());
-  return out;
-}
+// A fresh contiguous output like x, from warm memory (warm_allocator.h):
+// page faults on a fresh 64 MiB output cost more than the kernel (measured:
+// rms_norm over [4096, 4096] float32 took 32 ms in the bench beside eager's
+// 45 ms; core's kernel alone, on one thread, 13 ms).
+at::Tensor fresh_like(const at::Tensor& x) { return warm_empty(x.sizes(), x.options()); }
 
 template <typename F>
 void dispatch(const at::Tensor& x, const F& f) {
@@ -62,7 +57,7 @@ std::tuple<at::Tensor, at::Tensor> forward(const char* op, const at::Tensor& x_i
     using C = tierkit::compute_t<T>;
     tierkit::kernels::rms_norm_forward(static_cast<const T*>(x.const_data_ptr()), ptr<T>(w), eps, r.rows, r.d,
                                        static_cast<T*>(y.mutable_data_ptr()),
-                                       static_cast<C*>(rstd.mutable_data_ptr()), AtenRunner{});
+                                       static_cast<C*>(rstd.mutable_data_ptr()), AtenRowRunner{});
   });
   return {y, rstd};
 }
@@ -98,7 +93,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
     tierkit::kernels::rms_norm_backward(
         static_cast<const T*>(grad.const_data_ptr()), static_cast<const T*>(x.const_data_ptr()), ptr<T>(w),
         static_cast<const C*>(rstd.const_data_ptr()), r.rows, r.d, static_cast<T*>(dx.mutable_data_ptr()),
-        w ? static_cast<C*>(dw_acc.mutable_data_ptr()) : nullptr, AtenRunner{});
+        w ? static_cast<C*>(dw_acc.mutable_data_ptr()) : nullptr, AtenRowRunner{});
   });
   // No weight: an empty grad_weight (the schema returns a Tensor, never None).
   dw = w ? dw_acc.to(w->scalar_type()) : at::empty({0}, x.options());
@@ -126,7 +121,7 @@ at::Tensor add_forward(const char* op, const at::Tensor& x_in, const at::Tensor&
     tierkit::kernels::add_rms_norm_forward(
         static_cast<const T*>(x.const_data_ptr()), static_cast<const T*>(residual.const_data_ptr()),
         ptr<T>(w), eps, r.rows, r.d, static_cast<T*>(y.mutable_data_ptr()),
-        static_cast<T*>(h.mutable_data_ptr()), static_cast<C*>(rstd.mutable_data_ptr()), AtenRunner{});
+        static_cast<T*>(h.mutable_data_ptr()), static_cast<C*>(rstd.mutable_data_ptr()), AtenRowRunner{});
   });
   if (!h.is_same(h_out)) h_out.copy_(h);
   return y;

@@ -23,6 +23,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__unix__)
+#include <pthread.h>
+#endif
+
 #include "tierkit/buffer.h"
 #include "tierkit/error.h"
 
@@ -93,6 +97,15 @@ class CachingHostAllocator {
   std::size_t max_cached_bytes() const { return pool_->stats().max_cached_bytes; }
 
   std::size_t alignment() const { return pool_->alignment; }
+
+  // fork(): a mutex another thread holds at fork time stays locked in the
+  // child forever, so a child's first allocation or free would hang. These
+  // are pthread_atfork's prepare and parent/child handlers: hold the lock
+  // across fork() so the child's copy of the pool is consistent and unlocked
+  // (what glibc's malloc does for its arenas). default_host_allocator()
+  // registers them.
+  void lock_for_fork() { pool_->mutex.lock(); }
+  void unlock_after_fork() { pool_->mutex.unlock(); }
 
  private:
   struct Pool {
@@ -199,8 +212,15 @@ class CachingHostAllocator {
 };
 
 // The process-wide allocator the bindings use by default.
+// Fork-safe: the first call registers the atfork handlers above.
 inline CachingHostAllocator& default_host_allocator() {
   static CachingHostAllocator allocator;
+#if defined(__unix__)
+  static const int registered = pthread_atfork([] { default_host_allocator().lock_for_fork(); },
+                                               [] { default_host_allocator().unlock_after_fork(); },
+                                               [] { default_host_allocator().unlock_after_fork(); });
+  (void)registered;
+#endif
   return allocator;
 }
 

@@ -24,12 +24,12 @@ if not _loader.jit_requested():
     _loader.load_aot()
     _registrations.register()
 
-from . import ops
+from . import allocator, ops
 from .nn import RMSNorm
 
 # Every op's typed face (tierkit_torch.ops) also here, as tierkit_torch.<op>.
 globals().update({name: getattr(ops, name) for name in ops.__all__})
-__all__ = ["RMSNorm", "get_include", "library_path", "ops", *ops.__all__]
+__all__ = ["RMSNorm", "allocator", "get_include", "library_path", "ops", *ops.__all__]
 
 
 def library_path() -> str:

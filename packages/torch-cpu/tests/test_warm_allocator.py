@@ -1,0 +1,217 @@
+"""Warm memory for tierkit's fresh CPU outputs (csrc/warm_allocator.h,
+tierkit_torch.allocator): outputs of 1 MiB and more come from core's caching
+allocator and go back to it when they die, and they stay ordinary tensors."""
+
+import io
+import multiprocessing
+import pickle
+import subprocess
+import sys
+import threading
+
+import pytest
+import tierkit_torch
+import torch
+from tierkit_torch import allocator
+
+BIG = 1 << 20  # float32 elements: a 4 MiB output
+
+
+@pytest.fixture(autouse=True)
+def _enabled():
+    allocator.set_enabled(True)
+    yield
+    allocator.set_enabled(True)
+    allocator.set_max_cached_bytes(1 << 30)
+
+
+def big(n=BIG, dtype=torch.float32):
+    return torch.arange(n, dtype=torch.float64).to(dtype) / n
+
+
+def test_a_large_output_comes_from_the_cache_and_goes_back():
+    a, b = big(), big()
+    before = allocator.stats()
+    out = torch.ops.tierkit.custom_add(a, b)
+    during = allocator.stats()
+    assert during["allocations"] == before["allocations"] + 1
+    assert during["bytes_in_use"] >= before["bytes_in_use"] + out.nbytes
+    torch.testing.assert_close(out, a + b, rtol=0, atol=0)
+    del out
+    after = allocator.stats()
+    assert after["frees"] == before["frees"] + 1
+    assert after["bytes_cached"] >= 4 * BIG
+    hits = after["cache_hits"]
+    again = torch.ops.tierkit.custom_add(a, b)  # the same size: the block just freed
+    assert allocator.stats()["cache_hits"] == hits + 1
+    torch.testing.assert_close(again, a + b, rtol=0, atol=0)
+    s = allocator.stats()
+    assert s["cache_hits"] + s["cache_misses"] == s["allocations"]
+
+
+def test_small_outputs_and_a_disabled_cache_use_torchs_allocator():
+    a = big(1000)
+    n = allocator.stats()["allocations"]
+    torch.testing.assert_close(torch.ops.tierkit.custom_add(a, a), a + a)
+    assert allocator.stats()["allocations"] == n
+    allocator.set_enabled(False)
+    assert not allocator.is_enabled()
+    x = big()
+    torch.testing.assert_close(torch.ops.tierkit.custom_add(x, x), x + x)
+    assert allocator.stats()["allocations"] == n
+    allocator.set_enabled(True)
+    assert allocator.is_enabled()
+
+
+def test_every_allocating_op_and_rms_norm_use_it():
+    x = big().reshape(1024, 1024)
+    w = torch.rand(1024)
+    n = allocator.stats()["allocations"]
+    outs = [
+        torch.ops.tierkit.scale_shift(x, 2.0, 1.0),
+        torch.ops.tierkit.silu_mul(x, x),
+        torch.ops.tierkit.muladd(x, x, 0.5),
+        torch.ops.tierkit.rms_norm(x, w),
+        *torch.ops.tierkit.add_rms_norm(x, x, w),  # y and h
+    ]
+    assert allocator.stats()["allocations"] == n + 6
+    torch.testing.assert_close(outs[0], x * 2 + 1)
+    torch.testing.assert_close(outs[3], torch.nn.functional.rms_norm(x, (1024,), w))
+    # The backward's grad_x too.
+    xg = x.clone().requires_grad_()
+    n = allocator.stats()["allocations"]
+    (gx,) = torch.autograd.grad(torch.ops.tierkit.rms_norm(xg, w).sum(), xg)
+    assert allocator.stats()["allocations"] >= n + 2
+    allocator.set_enabled(False)  # the same kernels into torch's memory: the same bits
+    (ge,) = torch.autograd.grad(torch.ops.tierkit.rms_norm(xg, w).sum(), xg)
+    torch.testing.assert_close(gx, ge, rtol=0, atol=0)
+
+
+def test_outputs_keep_the_input_layout():
+    x = big().reshape(1024, 1024).t()
+    out = torch.ops.tierkit.scale_shift(x, 1.0, 1.0)
+    assert out.stride() == x.stride()
+    torch.testing.assert_close(out, x + 1, rtol=0, atol=0)
+
+
+def test_resize_grows_through_the_cache_and_keeps_values():
+    a = big()
+    out = torch.ops.tierkit.custom_add(a, a)
+    head = out[:100].clone()
+    out.resize_(4 * BIG)  # a new, larger block; the first BIG values copied
+    assert out.numel() == 4 * BIG
+    torch.testing.assert_close(out[:100], head, rtol=0, atol=0)
+    out.resize_(10)
+    torch.testing.assert_close(out, head[:10], rtol=0, atol=0)
+
+
+def test_pickle_and_torch_save_copy_the_values():
+    a = big()
+    out = torch.ops.tierkit.custom_add(a, a)
+    torch.testing.assert_close(pickle.loads(pickle.dumps(out)), out, rtol=0, atol=0)
+    buf = io.BytesIO()
+    torch.save(out, buf)
+    buf.seek(0)
+    torch.testing.assert_close(torch.load(buf), out, rtol=0, atol=0)
+
+
+def _child_sum(t, q):
+    q.put(float(t.sum()))
+    t.add_(1)  # visible to the parent: shared memory
+
+
+def test_share_memory_moves_the_tensor_to_shared_memory():
+    a = big()
+    out = torch.ops.tierkit.custom_add(a, a)
+    expected = float(out.sum())
+    frees = allocator.stats()["frees"]
+    out.share_memory_()
+    assert out.is_shared()
+    assert allocator.stats()["frees"] == frees + 1  # the cached block went back
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_sum, args=(out, q))
+    p.start()
+    got = q.get(timeout=120)
+    p.join(timeout=60)
+    assert p.exitcode == 0
+    assert got == pytest.approx(expected)
+    torch.testing.assert_close(out, (a + a) + 1, rtol=0, atol=0)
+
+
+def test_the_cap_bounds_the_cache():
+    allocator.set_max_cached_bytes(6 * BIG)  # room for one 4 MiB block
+    a = big()
+    outs = [torch.ops.tierkit.custom_add(a, a) for _ in range(4)]
+    del outs
+    s = allocator.stats()
+    assert s["bytes_cached"] <= 6 * BIG
+    assert s["max_cached_bytes"] == 6 * BIG
+    allocator.release_cached()
+    assert allocator.stats()["bytes_cached"] == 0
+
+
+def test_threads_share_the_cache_consistently():
+    a = big()
+    expected = a + a
+    errors = []
+
+    def work():
+        try:
+            for _ in range(20):
+                torch.testing.assert_close(torch.ops.tierkit.custom_add(a, a), expected, rtol=0, atol=0)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    s = allocator.stats()
+    assert s["cache_hits"] + s["cache_misses"] == s["allocations"]
+
+
+FORK_CHILD = r"""
+import os, threading, torch, tierkit_torch
+a = torch.rand(1 << 20)
+stop = False
+def churn():  # another thread allocating and freeing while we fork
+    while not stop:
+        torch.ops.tierkit.custom_add(a, a)
+t = threading.Thread(target=churn); t.start()
+for _ in range(20):
+    pid = os.fork()
+    if pid == 0:
+        ok = torch.equal(torch.ops.tierkit.custom_add(a, a), a + a)
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+stop = True; t.join()
+print("ok")
+"""
+
+
+def test_fork_while_another_thread_allocates():
+    proc = subprocess.run([sys.executable, "-c", FORK_CHILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_the_environment_switch():
+    code = "import tierkit_torch; print(tierkit_torch.allocator.is_enabled())"
+    env = {**__import__("os").environ, "TIERKIT_WARM_OUTPUTS": "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.stdout.strip() == "False", proc.stderr[-2000:]
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="max_bytes: expected a number of bytes >= 0, got -1"):
+        allocator.set_max_cached_bytes(-1)
+    with pytest.raises(ValueError, match="max_bytes"):
+        allocator.trim(1.5)
+    with pytest.raises(
+        RuntimeError, match="what: expected 'enabled', 'trim' or 'max_cached_bytes', got 'bogus'"
+    ):
+        torch.ops.tierkit._allocator_set("bogus", 1)
+    assert tierkit_torch.allocator is allocator
