@@ -195,16 +195,16 @@ def _bound_on_first_call(
     return first_call
 
 
-def register_row_reduction_fakes(
-    torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None
-) -> None:
-    """Fake kernels for the row reductions (op_table.ROW_REDUCTIONS: rms_norm
-    and its family) in `ns`, with the C++ kernels' checks and messages
-    (torch-cpu's csrc/rms_norm.h): outputs contiguous, rstd of x's leading
-    dims and a 1, in float32 (float64 for float64 x)."""
+def row_reduction_checks(
+    torch: Any, accepted_dtypes: Sequence[str]
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The row reductions' argument checks, with the C++ kernels' messages
+    (torch-cpu's csrc/rms_norm.h, the stable tier's csrc/rms_norm.cpp): ``check(op, x, weight)`` and
+    ``same(op, t, name, x)`` (t has x's dtype and shape). The fake kernels
+    below use them, and so does the stable tier's Python autograd, which must
+    refuse a bad call before its differentiable path runs."""
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
     accepted_text = _join(list(accepted_dtypes))
-    register = torch.library.register_fake
 
     def check(op: str, x: Any, weight: Any) -> None:
         if x.dim() == 0:
@@ -228,13 +228,6 @@ def register_row_reduction_fakes(
             ),
         )
 
-    def fresh(x: Any) -> Any:
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-    def rstd_of(x: Any) -> Any:
-        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        return x.new_empty((*x.shape[:-1], 1), dtype=dtype)
-
     def same(op: str, t: Any, name: str, x: Any) -> None:
         if t.dtype != x.dtype:
             raise RuntimeError(
@@ -244,6 +237,26 @@ def register_row_reduction_fakes(
             t.shape == x.shape,
             lambda: f"{op}: {name}: expected shape {list(x.shape)} (same as x), got {list(t.shape)}",
         )
+
+    return check, same
+
+
+def register_row_reduction_fakes(
+    torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None
+) -> None:
+    """Fake kernels for the row reductions (op_table.ROW_REDUCTIONS: rms_norm
+    and its family) in `ns`, with the C++ kernels' checks and messages
+    (row_reduction_checks): outputs contiguous, rstd of x's leading dims and
+    a 1, in float32 (float64 for float64 x)."""
+    check, same = row_reduction_checks(torch, accepted_dtypes)
+    register = torch.library.register_fake
+
+    def fresh(x: Any) -> Any:
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    def rstd_of(x: Any) -> Any:
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return x.new_empty((*x.shape[:-1], 1), dtype=dtype)
 
     def rms_norm(x: Any, weight: Any = None, eps: Any = None) -> Any:
         check(f"{ns}::rms_norm", x, weight)

@@ -5,9 +5,9 @@ generic over the namespace, shared with tierkit-torch), autograd, and the
 from __future__ import annotations
 
 import torch
-from tierkit_torch_common.fake import register_fake_kernels
+from tierkit_torch_common.fake import register_fake_kernels, register_row_reduction_fakes
 
-from . import _autograd, _composite
+from . import _autograd, _composite, _norms
 
 _lib: torch.library.Library | None = None
 
@@ -19,11 +19,9 @@ def register() -> None:
         return
     _lib = torch.library.Library("tierkit_stable", "IMPL")
     # The accepted dtypes come from core's dtype table, through the C++ library.
-    register_fake_kernels(
-        torch,
-        "tierkit_stable",
-        list(torch.ops.tierkit_stable._accepted_dtypes()),
-        lib=_lib,
-    )
+    accepted = list(torch.ops.tierkit_stable._accepted_dtypes())
+    register_fake_kernels(torch, "tierkit_stable", accepted, lib=_lib)
+    register_row_reduction_fakes(torch, "tierkit_stable", accepted)
     _autograd.register(_lib)
+    _norms.register(_lib)
     _composite.register(_lib)

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from tierkit_torch_common.fake import typed_faces
 
-_FACES = typed_faces(torch, torch.ops.tierkit_stable, "tierkit_torch_stable")
+from ._norms import FACES as _ROW_REDUCTIONS
+
+_FACES = {**typed_faces(torch, torch.ops.tierkit_stable, "tierkit_torch_stable"), **_ROW_REDUCTIONS}
 globals().update(_FACES)
 __all__ = sorted(_FACES)
 
