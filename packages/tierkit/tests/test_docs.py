@@ -82,6 +82,11 @@ RUN_BY = {
         "tests-bridge sanitize",
         "the sessions",
     ),
+    ("packages/pybind-bridge/README.md", "pip install packages/cpp-core"): (
+        "tests-bridge-3.13",
+        "the same three steps in a fresh Python 3.13 venv (core's wheel, the bridge without build "
+        "isolation, its pytest): a second build of both here would add ~90 s to CI",
+    ),
     ("packages/pybind-bridge/README.md", "pip wheel --no-deps -w dist"): (
         "build",
         "the build session does the same from the sdist (isolated, PIP_NO_INDEX=1, find-links dist/)",
@@ -131,12 +136,6 @@ FRAGMENTS = {("docs/architecture.md", "Tier("): "test_the_example_tier_entry_is_
 # What a shell block needs besides the overlay's Python ("bin:" = a program on
 # PATH). Python blocks need what they import.
 NEEDS = {
-    ("packages/pybind-bridge/README.md", "pip install packages/cpp-core"): (
-        "scikit_build_core",
-        "pybind11",
-        "numpy",
-        "pytest",
-    ),
     ("docs/deploy.md", "cd packages/torch-cpu/examples/aoti-runner"): (
         "torch",
         "numpy",
@@ -171,7 +170,18 @@ def ci_sessions() -> set[str]:
     sessions = set(named)
     if "tests" in named:
         sessions |= {f"tests-{name}" for name in TIERS} | {"tests-cross"}
+        sessions |= {f"tests-{name}-{version}" for name, version in _ci_cells()}
     return sessions
+
+
+def _ci_cells() -> tuple:
+    """The matrix cells the `tests` session runs (ci/nox_support/matrix.py's
+    CI_CELLS, read without importing the nox support package)."""
+    tree = ast.parse((ROOT / "ci" / "nox_support" / "matrix.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "CI_CELLS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("ci/nox_support/matrix.py defines no CI_CELLS")
 
 
 def test_every_table_entry_names_a_real_block():

@@ -105,6 +105,19 @@ def targets(results: dict) -> list[dict]:
                 f"{ours[0]['median_s'] * 1e6:.2f} us vs {aten[0]['median_s'] * 1e6:.2f} us",
             )
         )
+    face = pick(d, impl="tierkit_torch.custom_add (typed face)")
+    add = pick(d, impl="torch.add")
+    if face and add:
+        ratio = face[0]["median_s"] / add[0]["median_s"]
+        out.append(
+            target(
+                "tierkit_torch.custom_add (typed face) <= 1.3 x torch.add (1 element)",
+                1.3,
+                round(ratio, 2),
+                ratio <= 1.3,
+                f"{face[0]['median_s'] * 1e6:.2f} us vs {add[0]['median_s'] * 1e6:.2f} us",
+            )
+        )
     return out
 
 

@@ -27,6 +27,7 @@ ALPHA, BETA = 1.5, -0.25
 DTYPE_GOALS = {1e4: 1.0, 1e6: 1.0, 1.6e7: 1.5}
 BRIDGE_GOALS = {1e3: 0.8, 1e4: 1.0, 1e5: 1.0}
 DISPATCH_GOALS = {1e3: 0.91, 1e4: 0.91, 1e5: 0.91, 1e6: 0.91}
+TORCH_THROUGH_BRIDGE_GOAL = 3.0  # time ratio: bridge add(out=) on torch tensors vs torch.add(out=)
 
 HALF_PROBE = textwrap.dedent("""
     import json, sys, torch, tierkit_torch
@@ -99,6 +100,27 @@ def measure(cfg: Config) -> list[dict]:
                 }
             )
 
+    cfg.log("percall: torch tensors through the bridge")
+    t16 = torch.randn(16)
+    o16 = torch.empty(16)
+    s = interleaved(
+        {
+            "bridge add(out=) on torch tensors": lambda: tb.add(t16, t16, out=o16),
+            "torch.add(out=)": lambda: torch.add(t16, t16, out=o16),
+        },
+        cfg.reps * 2,
+        2_000,
+    )
+    rows.append(
+        {
+            **row("percall", s["bridge add(out=) on torch tensors"], kind="bridge torch", n=16),
+            "impl": "bridge add(out=) on torch tensors",
+            "peer": "torch.add(out=)",
+            "peer_s": s["torch.add(out=)"].median,
+            "time_ratio": s["bridge add(out=) on torch tensors"].median / s["torch.add(out=)"].median,
+        }
+    )
+
     cfg.log("percall: torch op vs aten")
     for n in sorted(DISPATCH_GOALS):
         a, b = torch.randn(int(n)), torch.randn(int(n))
@@ -165,6 +187,12 @@ def markdown(results: dict) -> list[str]:
                 )
             )
             out.append("")
+    for r in _rows(results, "bridge torch"):
+        out.append(
+            f"{r['impl']}, 16 elements: {timed(r)} a call against {r['peer_s'] * 1e6:.2f} us for "
+            f"{r['peer']} ({r['time_ratio']:.1f}x the time; goal <= {TORCH_THROUGH_BRIDGE_GOAL}x)."
+        )
+        out.append("")
     for r in results["sections"].get("percall", {}).get("rows", []):
         if "skipped" in r:
             out.append(f"{r['kind']}: skipped ({r['skipped']}).")
@@ -192,4 +220,9 @@ def targets(results: dict) -> list[dict]:
             name = f"{pair['impl']} >= {goal} x {pair['peer']}, n = {pair['n']:.0e}"
             detail = f"{pair['median_s'] * 1e6:.2f} us vs {pair['peer_s'] * 1e6:.2f} us"
             out.append(target(name, goal, round(pair["ratio"], 2), pair["ratio"] >= goal, detail))
+    for r in _rows(results, "bridge torch"):
+        goal = TORCH_THROUGH_BRIDGE_GOAL
+        detail = f"{r['median_s'] * 1e6:.2f} us vs {r['peer_s'] * 1e6:.2f} us"
+        name = f"{r['impl']} <= {goal} x {r['peer']}'s time, 16 elements"
+        out.append(target(name, goal, round(r["time_ratio"], 2), r["time_ratio"] <= goal, detail))
     return out

@@ -31,6 +31,7 @@ PROBE = textwrap.dedent("""
             r = torch.randn(rows_, d, generator=g).to(dtype)
             w = (1 + 0.1 * torch.randn(d, generator=g)).to(dtype)
             dy = torch.randn(rows_, d, generator=g).to(dtype)
+            h = torch.empty_like(x)
             xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
             comp = torch.compile(lambda a, b: F.rms_norm(a, (d,), b, 1e-6))
             comp(x, w); comp(xg, wg).backward(dy)
@@ -48,7 +49,10 @@ PROBE = textwrap.dedent("""
                 "torch eager fwd+bwd (THP)": both(lambda a, b: F.rms_norm(a, (d,), b, 1e-6)),
                 "torch.compile fwd+bwd (THP)": both(comp),
                 "torch op add_rms_norm": lambda: ops.add_rms_norm(x, r, w, 1e-6),
-                "x + r, then torch op rms_norm": lambda: (ops.rms_norm(x + r, w, 1e-6), None),
+                # Warm memory on both sides (the op's outputs come from tierkit's cache): h
+                # written into a tensor made once, so page faults do not decide the ratio.
+                "x + r (into a preallocated h), then torch op rms_norm": lambda: (
+                    ops.rms_norm(torch.add(x, r, out=h), w, 1e-6), h),
             }
             refs = {"fwd": "torch op fwd", "fwd+bwd": "torch op fwd+bwd", "add": "torch op add_rms_norm"}
             limit = None
@@ -141,13 +145,26 @@ def targets(results: dict) -> list[dict]:
                 ("torch eager fwd (THP)", 8.0),
                 ("torch.compile fwd (THP)", 3.0),
                 ("torch.compile fwd+bwd (THP)", 2.0),
-                ("x + r, then torch op rms_norm", 1.2),
+                ("x + r (into a preallocated h), then torch op rms_norm", 1.2),
             ):
                 r = pick(rows, impl=peer, nrows=rows_, d=d, dtype=dtype)
+                limit = pick(rows, impl="STREAM copy", nrows=rows_, d=d, dtype=dtype)
                 if r:
                     ratio = round(r[0]["ours_over_theirs"], 2)
+                    # A forward moves a copy's bytes: no forward beats the copy loop's time.
+                    detail = (
+                        f"the copy limit allows at most {r[0]['median_s'] / limit[0]['median_s']:.1f}x"
+                        if limit and "fwd+bwd" not in peer and "fwd" in peer
+                        else ""
+                    )
                     out.append(
-                        target(f"rms_norm vs {peer} >= {factor}x, {where}", factor, ratio, ratio >= factor)
+                        target(
+                            f"rms_norm vs {peer} >= {factor}x, {where}",
+                            factor,
+                            ratio,
+                            ratio >= factor,
+                            detail,
+                        )
                     )
             r = pick(rows, impl="torch op fwd", nrows=rows_, d=d, dtype=dtype)
             if r and "of_limit" in r[0]:
