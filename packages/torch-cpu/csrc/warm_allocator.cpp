@@ -59,6 +59,19 @@ WarmAllocator& warm_allocator() {
   return a;
 }
 
+// Every function-local static above is constructed when the library loads
+// (dlopen: one thread), not on a first call: a fork() while another thread
+// is inside such a first call leaves the child's copy of its guard taken
+// forever (seen in tests: a child hung in __cxa_guard_acquire for
+// warm_allocator()'s object, the parent's other thread having page-faulted
+// inside the guard while fork() held the address space).
+[[maybe_unused]] const bool kStaticsReady = [] {
+  warm_allocator();
+  enabled();
+  pool();
+  return true;
+}();
+
 constexpr c10::DispatchKeySet kCpuKeys{c10::DispatchKey::CPU};
 
 // [bytes_in_use, bytes_cached, peak_bytes_in_use, allocations, frees,
