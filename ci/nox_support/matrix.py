@@ -136,7 +136,12 @@ def test_torch_next(session: nox.Session, pytest_args: tuple[str, ...]) -> None:
     fails, the doctor explains the log and the CUDA part is skipped, saying why."""
     py = next_torch_env(session, BASE)
     stamps = NEXT_ENV / ".tierkit-stamps"
-    install_tiers(session, py, with_deps("torch"), stamps=stamps)
+    # torch-cpu's tests compare with the tierkit_stable ops (test_aten_semantics
+    # imports tierkit_torch_stable): the stable tier goes in too, or a stale
+    # copy from an earlier run answers instead.
+    install_tiers(
+        session, py, list(dict.fromkeys([*with_deps("torch"), *with_deps("stable")])), stamps=stamps
+    )
     version = subprocess.check_output([py, "-c", "import torch; print(torch.__version__)"], text=True).strip()
     session.log(f"==== torch-cpu built against torch {version}")
     jit = {"TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / "jit-torch-next")}
