@@ -13,8 +13,8 @@
 #include <tuple>
 #include <vector>
 
-#include "rms_norm.h"
 #include "tierkit/rms_norm.h"
+#include "tierkit_torch/rows.h"
 #include "view.h"
 #include "warm_allocator.h"
 
@@ -45,7 +45,7 @@ std::optional<at::Tensor> contiguous(const std::optional<at::Tensor>& t) {
 std::tuple<at::Tensor, at::Tensor> forward(const char* op, const at::Tensor& x_in,
                                            const std::optional<at::Tensor>& weight_in,
                                            std::optional<double> eps_in) {
-  check_rows(op, x_in, weight_in);
+  check_rows(op, x_in, weight_in, c10::DeviceType::CPU);
   const Rows r = rows_of(x_in);
   const double eps = eps_or_default(x_in, eps_in);
   const at::Tensor x = x_in.contiguous();
@@ -76,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
                                                          const std::optional<at::Tensor>& weight_in,
                                                          const at::Tensor& rstd_in) {
   const char* op = "tierkit::_rms_norm_backward";
-  check_rows(op, x_in, weight_in);
+  check_rows(op, x_in, weight_in, c10::DeviceType::CPU);
   const Rows r = rows_of(x_in);
   check_like(op, grad_in, "grad", x_in, "x");
   TORCH_CHECK(rstd_in.scalar_type() == rstd_dtype(x_in) && rstd_in.numel() == r.rows, op, ": rstd: expected ",
@@ -105,7 +105,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
 at::Tensor add_forward(const char* op, const at::Tensor& x_in, const at::Tensor& residual_in,
                        const std::optional<at::Tensor>& weight_in, std::optional<double> eps_in,
                        const at::Tensor& h_out) {
-  check_rows(op, x_in, weight_in);
+  check_rows(op, x_in, weight_in, c10::DeviceType::CPU);
   const Rows r = rows_of(x_in);
   check_like(op, residual_in, "residual", x_in, "x");
   const double eps = eps_or_default(x_in, eps_in);

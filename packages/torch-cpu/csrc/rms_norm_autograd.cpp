@@ -29,7 +29,7 @@
 #include <tuple>
 #include <vector>
 
-#include "rms_norm.h"
+#include "tierkit_torch/rows.h"
 
 namespace tierkit_torch {
 namespace {
@@ -149,7 +149,7 @@ at::Tensor rms_norm_autograd(const at::Tensor& x, const OptTensor& weight, std::
     at::AutoDispatchBelowADInplaceOrView below;
     return h.call(x, weight, eps_in);
   }
-  check_rows("tierkit::rms_norm", x, weight);  // errors name the op called, not its building block
+  check_rows("tierkit::rms_norm", x, weight, x.device().type());  // errors name the op called
   const double eps = eps_or_default(x, eps_in);
   c10::intrusive_ptr<RmsNormBackward0> node;
   if (graph) {
@@ -189,7 +189,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_autograd(const at::Tensor& x, co
   }
   // Differentiated: x + residual, then rms_norm, each with its own autograd.
   const char* name = "tierkit::add_rms_norm";
-  check_rows(name, x, std::nullopt);
+  check_rows(name, x, std::nullopt, x.device().type());
   check_like(name, residual, "residual", x, "x");
   static const auto norm = op<RmsNorm>("tierkit::rms_norm");
   at::Tensor h = x + residual;

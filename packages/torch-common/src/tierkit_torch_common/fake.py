@@ -199,7 +199,7 @@ def row_reduction_checks(
     torch: Any, accepted_dtypes: Sequence[str]
 ) -> tuple[Callable[..., None], Callable[..., None]]:
     """The row reductions' argument checks, with the C++ kernels' messages
-    (torch-cpu's csrc/rms_norm.h, the stable tier's csrc/rms_norm.cpp): ``check(op, x, weight)`` and
+    (torch-cpu's include/tierkit_torch/rows.h, the stable tier's csrc/rms_norm.cpp): ``check(op, x, weight)`` and
     ``same(op, t, name, x)`` (t has x's dtype and shape). The fake kernels
     below use them, and so does the stable tier's Python autograd, which must
     refuse a bad call before its differentiable path runs."""

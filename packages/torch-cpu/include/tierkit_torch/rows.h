@@ -1,5 +1,6 @@
-// What the row reductions' CPU and Autograd kernels share: their argument
-// checks, torch's default eps, and rstd's shape and dtype.
+// What the row reductions' kernels share (torch-cpu's CPU and Autograd ones,
+// torch-cuda's CUDA ones): their argument checks, torch's default eps, and
+// rstd's shape and dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,12 +16,15 @@ namespace tierkit_torch {
 // The arguments' rules (no size is read but the last dim's, so symbolic
 // batch sizes stay symbolic when torch.compile or export traces the
 // Autograd kernel).
-inline void check_rows(const char* op, const at::Tensor& x, const std::optional<at::Tensor>& weight) {
+// `device`: the backend's (the Autograd kernel passes x's own: any backend's
+// kernel then checks its device).
+inline void check_rows(const char* op, const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                       c10::DeviceType device) {
   check_defined(op, x, "x");
   TORCH_CHECK(
       x.dim() >= 1, op,
       ": x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
-  check_first(op, x, "x", c10::DeviceType::CPU);
+  check_first(op, x, "x", device);
   if (weight && weight->defined()) {
     const at::Tensor& w = *weight;
     TORCH_CHECK(w.device() == x.device(), op, ": weight: expected device ", x.device(), " (same as x), got ",
