@@ -179,8 +179,10 @@ def sanitize(session: nox.Session) -> None:
         BUILD_DIR / "core-tsan",
         "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
         "-DTIERKIT_SANITIZE=thread",
-        ctest_args=("-R", "CachingAllocator|ThreadPool|Kernels|canary"),
-        targets=("core_tests", "tsan_canary"),  # not fp_contract_tests: nothing threaded there
+        # core_threaded_tests: the allocator, pool and kernel tests alone (not
+        # fp_contract_tests, nor the rest of core_tests: nothing threaded there).
+        ctest_args=("-R", "CachingAllocator|ThreadPool|Kernels|canary", "-E", "simd_|NOT_BUILT"),
+        targets=("core_threaded_tests", "tsan_canary"),
     )
     sanitized = [name for name, tier in TIERS.items() if tier.sanitized]
     # What the sanitized tiers build against, uninstrumented (core, torch-common).
