@@ -89,7 +89,13 @@ setup(
         python_free(
             CUDAExtension(
                 "tierkit_cuda.libtierkit_cuda_ops",
-                ["csrc/ops.cpp", "csrc/timing.cpp", "csrc/kernels.cu", "csrc/rms_norm_ops.cpp", "csrc/rms_norm.cu"],
+                [
+                    "csrc/ops.cpp",
+                    "csrc/timing.cpp",
+                    "csrc/kernels.cu",
+                    "csrc/rms_norm_ops.cpp",
+                    "csrc/rms_norm.cu",
+                ],
                 include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
                 # No FMA contraction anywhere: results must be bit-identical to
                 # eager torch and to the CPU tiers (tests-cuda checks the SASS).

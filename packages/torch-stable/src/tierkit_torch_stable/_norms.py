@@ -82,16 +82,15 @@ class RmsNormFunction(torch.autograd.Function):
             return None
         xf = _wide(x)
         r = _rstd(xf, ctx.eps)
-        t = None
+        terms = []
         if tx is not None:
             txf = _wide(tx)
             t = txf * r + xf * (-(r * r * r) * (xf * txf).mean(-1, keepdim=True))
-            if w is not None:
-                t = t * _wide(w)
+            terms.append(t * _wide(w) if w is not None else t)
         if tw is not None:
-            u = xf * r * _wide(tw)
-            t = u if t is None else t + u
-        return t.to(x.dtype)
+            terms.append(xf * r * _wide(tw))
+        total = terms[0] if len(terms) == 1 else terms[0] + terms[1]
+        return total.to(x.dtype)
 
 
 def _refuse_in_torch_func(name: str) -> None:

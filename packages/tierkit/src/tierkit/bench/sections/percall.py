@@ -220,9 +220,9 @@ def targets(results: dict) -> list[dict]:
             name = f"{pair['impl']} >= {goal} x {pair['peer']}, n = {pair['n']:.0e}"
             detail = f"{pair['median_s'] * 1e6:.2f} us vs {pair['peer_s'] * 1e6:.2f} us"
             out.append(target(name, goal, round(pair["ratio"], 2), pair["ratio"] >= goal, detail))
-    for r in _rows(results, "bridge torch"):
+    for t in _rows(results, "bridge torch"):
         goal = TORCH_THROUGH_BRIDGE_GOAL
-        detail = f"{r['median_s'] * 1e6:.2f} us vs {r['peer_s'] * 1e6:.2f} us"
-        name = f"{r['impl']} <= {goal} x {r['peer']}'s time, 16 elements"
-        out.append(target(name, goal, round(r["time_ratio"], 2), r["time_ratio"] <= goal, detail))
+        detail = f"{t['median_s'] * 1e6:.2f} us vs {t['peer_s'] * 1e6:.2f} us"
+        name = f"{t['impl']} <= {goal} x {t['peer']}'s time, 16 elements"
+        out.append(target(name, goal, round(t["time_ratio"], 2), t["time_ratio"] <= goal, detail))
     return out
