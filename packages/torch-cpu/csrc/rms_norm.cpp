@@ -138,11 +138,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_cpu(const at::Tensor& x, const a
 at::Tensor add_rms_norm__cpu(const at::Tensor& x, const at::Tensor& residual,
                              const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   const char* op = "tierkit::add_rms_norm_";
-  TORCH_CHECK(
-      at::has_internal_overlap(residual) != at::MemOverlap::Yes, op,
-      ": residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
-  TORCH_CHECK(at::get_overlap_status(residual, x) != at::MemOverlapStatus::Partial, op,
-              ": residual: partially overlaps x");
+  check_in_place_residual(op, x, residual);
   return add_forward(op, x, residual, weight, eps, residual);
 }
 

@@ -5,7 +5,6 @@
 // from torch's CUDA caching allocator, then rms_launch.h's launchers.
 // Autograd is torch-cpu's (its Autograd kernel calls _rms_norm_forward and
 // _rms_norm_backward, which dispatch here for CUDA tensors).
-#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -143,11 +142,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_cuda(const at::Tensor& x, const 
 at::Tensor add_rms_norm__cuda(const at::Tensor& x, const at::Tensor& residual, const OptTensor& weight,
                               std::optional<double> eps) {
   const char* op = "tierkit::add_rms_norm_";
-  TORCH_CHECK(
-      at::has_internal_overlap(residual) != at::MemOverlap::Yes, op,
-      ": residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
-  TORCH_CHECK(at::get_overlap_status(residual, x) != at::MemOverlapStatus::Partial, op,
-              ": residual: partially overlaps x");
+  tierkit_torch::check_in_place_residual(op, x, residual);
   return add_forward(op, x, residual, weight, eps, residual);
 }
 

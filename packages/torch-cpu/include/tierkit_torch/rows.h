@@ -3,6 +3,7 @@
 // rstd's shape and dtype.
 #pragma once
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 
 #include <limits>
@@ -34,6 +35,17 @@ inline void check_rows(const char* op, const at::Tensor& x, const std::optional<
     TORCH_CHECK(w.dim() == 1 && w.sym_size(0) == x.sym_size(-1), op, ": weight: expected shape [",
                 x.sym_size(-1), "] (x's last dimension), got ", w.sym_sizes());
   }
+}
+
+// add_rms_norm_ writes h into `residual`: refused when several of its
+// elements share an address, or when it partly overlaps x (exactly x is fine:
+// each element is read before it is written).
+inline void check_in_place_residual(const char* op, const at::Tensor& x, const at::Tensor& residual) {
+  TORCH_CHECK(
+      at::has_internal_overlap(residual) != at::MemOverlap::Yes, op,
+      ": residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
+  TORCH_CHECK(at::get_overlap_status(residual, x) != at::MemOverlapStatus::Partial, op,
+              ": residual: partially overlaps x");
 }
 
 // x's rows (every leading dim) and their length d (the last dim), for the kernels.
