@@ -48,15 +48,18 @@ THP_PROBE = textwrap.dedent("""
     import json, sys, torch, tierkit_torch
     from tierkit.bench.timing import inner_for, interleaved, paired_ratio
     reps, sizes, alpha, beta = int(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-    compiled = torch.compile(lambda x: alpha * x + beta, dynamic=True)
+    with_compile = sys.argv[5] == "1"
+    compiled = torch.compile(lambda x: alpha * x + beta, dynamic=True) if with_compile else None
     out = []
     for n in sizes:
         x = torch.rand(n)
-        compiled(x)  # compiled once per process (dynamic), warmed per size
-        s = interleaved({"torch op": lambda: torch.ops.tierkit.scale_shift(x, alpha, beta),
-                         "torch eager (THP)": lambda: alpha * x + beta,
-                         "torch.compile (THP)": lambda: compiled(x)}, reps, inner_for(n * 8 / 20e9))
-        for impl in ("torch eager (THP)", "torch.compile (THP)"):
+        impls = {"torch op": lambda: torch.ops.tierkit.scale_shift(x, alpha, beta),
+                 "torch eager (THP)": lambda: alpha * x + beta}
+        if compiled is not None:
+            compiled(x)  # compiled once per process (dynamic), warmed per size
+            impls["torch.compile (THP)"] = lambda: compiled(x)
+        s = interleaved(impls, reps, inner_for(n * 8 / 20e9))
+        for impl in [k for k in impls if k != "torch op"]:
             out.append({"n": n, "impl": impl, "seconds": s[impl].seconds,
                         "ours_over_theirs": paired_ratio(s[impl], s["torch op"])})
     print(json.dumps(out))
@@ -69,7 +72,9 @@ def _thp_peers(cfg: Config, sizes: list[int]) -> list[dict]:
     from ..timing import Samples
 
     proc = subprocess.run(
-        [sys.executable, "-c", THP_PROBE, str(cfg.reps), json.dumps(sizes), str(ALPHA), str(BETA)],
+        # --quick: no torch.compile peer (a graph compile costs ~10 s; no quick target reads it)
+        [sys.executable, "-c", THP_PROBE, str(cfg.reps), json.dumps(sizes), str(ALPHA), str(BETA),
+         "0" if cfg.quick else "1"],
         capture_output=True,
         text=True,
         env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"},

@@ -21,7 +21,7 @@ PROBE = textwrap.dedent("""
     import torch.nn.functional as F
     from tierkit.bench import stream_lib
     from tierkit.bench.timing import inner_for, interleaved, paired_ratio
-    reps, shapes = int(sys.argv[1]), json.loads(sys.argv[2])
+    reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
     ops = torch.ops.tierkit
     rows = []
     for rows_, d in shapes:
@@ -33,27 +33,29 @@ PROBE = textwrap.dedent("""
             dy = torch.randn(rows_, d, generator=g).to(dtype)
             h = torch.empty_like(x)
             xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
-            comp = torch.compile(lambda a, b: F.rms_norm(a, (d,), b, 1e-6))
-            comp(x, w); comp(xg, wg).backward(dy)
+            comp = torch.compile(lambda a, b: F.rms_norm(a, (d,), b, 1e-6)) if with_compile else None
 
             def both(fn):
                 def run():
                     return torch.autograd.grad(fn(xg, wg), (xg, wg), dy)
                 return run
 
+            if comp is not None:
+                comp(x, w); comp(xg, wg).backward(dy)
             impls = {
                 "torch op fwd": lambda: ops.rms_norm(x, w, 1e-6),
                 "torch eager fwd (THP)": lambda: F.rms_norm(x, (d,), w, 1e-6),
-                "torch.compile fwd (THP)": lambda: comp(x, w),
+                "torch.compile fwd (THP)": (lambda: comp(x, w)) if comp else None,
                 "torch op fwd+bwd": both(lambda a, b: ops.rms_norm(a, b, 1e-6)),
                 "torch eager fwd+bwd (THP)": both(lambda a, b: F.rms_norm(a, (d,), b, 1e-6)),
-                "torch.compile fwd+bwd (THP)": both(comp),
+                "torch.compile fwd+bwd (THP)": both(comp) if comp else None,
                 "torch op add_rms_norm": lambda: ops.add_rms_norm(x, r, w, 1e-6),
                 # Warm memory on both sides (the op's outputs come from tierkit's cache): h
                 # written into a tensor made once, so page faults do not decide the ratio.
                 "x + r (into a preallocated h), then torch op rms_norm": lambda: (
                     ops.rms_norm(torch.add(x, r, out=h), w, 1e-6), h),
             }
+            impls = {k: v for k, v in impls.items() if v is not None}  # --quick: no compile peers
             refs = {"fwd": "torch op fwd", "fwd+bwd": "torch op fwd+bwd", "add": "torch op add_rms_norm"}
             limit = None
             if stream_lib.available():
@@ -85,7 +87,8 @@ def measure(cfg: Config) -> list[dict]:
     if not hasattr(torch.ops.tierkit, "rms_norm"):
         raise Skip("this tierkit_torch has no rms_norm")
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(cfg.reps), json.dumps(shapes(cfg))],
+        # --quick: no torch.compile peers (~10 s a graph; --quick measures no target's shape)
+        [sys.executable, "-c", PROBE, str(cfg.reps), json.dumps(shapes(cfg)), "0" if cfg.quick else "1"],
         capture_output=True,
         text=True,
         timeout=3600,
