@@ -11,6 +11,7 @@
 #include <string>
 
 #include "dlpack.h"
+#include "dlpack_exchange.h"
 #include "tierkit/error.h"
 
 namespace tierkit_bridge {
@@ -137,6 +138,45 @@ const char* device_name(int type) {
 
 }  // namespace
 
+namespace dlpack {
+
+// Looked up on the type (where the specification puts it) once per type. The cached
+// types are kept alive, so an address can never come back as another type.
+// Callers hold the GIL, which serialises the cache.
+const ExchangeAPI* exchange_api_of(PyObject* obj) {
+  struct Entry {
+    PyTypeObject* type;
+    const ExchangeAPI* api;
+  };
+  static Entry cache[8];
+  static int used = 0;
+  PyTypeObject* type = Py_TYPE(obj);
+  for (int i = 0; i < used; ++i) {
+    if (cache[i].type == type) return cache[i].api;
+  }
+  const ExchangeAPI* api = nullptr;
+  PyObject* capsule = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), kExchangeAttribute);
+  if (!capsule) {
+    PyErr_Clear();
+  } else {
+    if (PyCapsule_IsValid(capsule, kExchangeCapsule)) {
+      // The table lives as long as the process (the specification's rule), not the capsule.
+      const auto* table = static_cast<const ExchangeAPI*>(PyCapsule_GetPointer(capsule, kExchangeCapsule));
+      if (table && table->header.version.major == kMajor &&
+          table->header.version.minor >= kExchangeMinMinor && table->managed_tensor_from_py_object_no_sync)
+        api = table;
+    }
+    Py_DECREF(capsule);
+  }
+  if (used < 8) {
+    Py_INCREF(type);
+    cache[used++] = {type, api};
+  }
+  return api;
+}
+
+}  // namespace dlpack
+
 ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const Shape& strides,
                             std::shared_ptr<void> keep, bool readonly, const char* name) {
   // Kernels read elements through T*: an address that is not a multiple of
@@ -179,6 +219,28 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
   return arg;
 }
 
+ArrayArg ArrayArg::from_dltensor(const DLTensor& t, std::shared_ptr<void> keep, bool readonly,
+                                 const char* name) {
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+    throw py::value_error(std::string(name) + ": expected CPU memory, got DLPack device (" +
+                          std::to_string(t.device.device_type) + ", " + std::to_string(t.device.device_id) +
+                          ") = " + device_name(t.device.device_type) + ":" +
+                          std::to_string(t.device.device_id) +
+                          "; move it to the CPU first (e.g. tensor.cpu())");
+  }
+  const DType dtype = dtype_from_dlpack(t.dtype, name);
+  if (t.ndim < 0 || t.ndim > tierkit::kMaxRank) {
+    throw py::value_error(std::string(name) + ": expected at most " + std::to_string(tierkit::kMaxRank) +
+                          " dimensions, got " + std::to_string(t.ndim));
+  }
+  // DLPack 1.2+: shape may be null for ndim 0; null strides mean C order.
+  const Shape shape = t.ndim ? Shape::from_range(t.shape, t.shape + t.ndim) : Shape{};
+  const Shape strides =
+      t.strides && t.ndim ? Shape::from_range(t.strides, t.strides + t.ndim) : shape.contiguous_strides();
+  return from_raw(static_cast<char*>(t.data) + t.byte_offset, dtype, shape, strides, std::move(keep),
+                  readonly, name);
+}
+
 bool numpy_imported() {
   static bool seen = false;  // numpy, once imported, is never unloaded
   if (!seen) seen = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy") != nullptr;  // borrowed
@@ -200,6 +262,76 @@ std::optional<DType> numpy_dtype(char kind, py::ssize_t itemsize) {
   return std::nullopt;
 }
 }  // namespace
+
+namespace {
+
+// What the exchange path asks of a tensor, by interned names (no string is
+// built per call).
+struct TensorNames {
+  PyObject* requires_grad = PyUnicode_InternFromString("requires_grad");
+  PyObject* is_neg = PyUnicode_InternFromString("is_neg");
+  PyObject* is_conj = PyUnicode_InternFromString("is_conj");
+  PyObject* is_inference = PyUnicode_InternFromString("is_inference");
+};
+const TensorNames& tensor_names() {
+  static const TensorNames names;  // leaked with the interpreter's interned strings
+  return names;
+}
+
+// The truth of a new reference (an attribute or a method's result); stolen.
+bool truth(PyObject* value) {
+  if (!value) throw py::error_already_set();
+  const int t = PyObject_IsTrue(value);
+  Py_DECREF(value);
+  if (t < 0) throw py::error_already_set();
+  return t != 0;
+}
+
+}  // namespace
+
+// The C exchange path, for the common case: a tensor without grad, without
+// the neg or conj bit and (for `out`) not an inference tensor. Anything else
+// returns nullopt and takes from(), which applies torch's rules (a detached
+// alias, a resolved copy, or an error naming the argument), as before.
+// Inputs are read through the non-owning DLTensor (valid while the caller
+// holds them); `out` through the owning export, whose flags say read-only.
+std::optional<ArrayArg> ArrayArg::borrow_exchanged(const py::handle& obj, const char* name, bool writable) {
+  const dlpack::ExchangeAPI* api = dlpack::exchange_api_of(obj.ptr());
+  if (!api) return std::nullopt;
+  PyObject* o = obj.ptr();
+  const TensorNames& n = tensor_names();
+  if (truth(PyObject_GetAttr(o, n.requires_grad)) || truth(PyObject_CallMethodNoArgs(o, n.is_neg)) ||
+      (writable && truth(PyObject_CallMethodNoArgs(o, n.is_inference))))
+    return std::nullopt;
+  // A producer's refusal (a sparse layout...) is left to from(), whose
+  // message names the argument.
+  if (!writable && api->dltensor_from_py_object_no_sync) {
+    DLTensor t;
+    if (api->dltensor_from_py_object_no_sync(o, &t) != 0) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    if (t.dtype.code == kDLComplex && truth(PyObject_CallMethodNoArgs(o, n.is_conj))) return std::nullopt;
+    return from_dltensor(t, nullptr, false, name);
+  }
+  DLManagedTensorVersioned* m = nullptr;
+  if (api->managed_tensor_from_py_object_no_sync(o, &m) != 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  auto keep = keepalive([m] {
+    if (m->deleter) m->deleter(m);
+  });
+  if (m->version.major != dlpack::kMajor ||
+      (m->dl_tensor.dtype.code == kDLComplex && truth(PyObject_CallMethodNoArgs(o, n.is_conj))))
+    return std::nullopt;
+  const bool readonly = (m->flags & dlpack::kFlagReadOnly) != 0;
+  if (writable && readonly) {
+    throw py::value_error(std::string(name) + ": expected a writable array, got a read-only " +
+                          type_name(obj));
+  }
+  return from_dltensor(m->dl_tensor, std::move(keep), readonly, name);
+}
 
 ArrayArg ArrayArg::borrow(const py::handle& obj, const char* name, bool writable) {
   if (numpy_imported() && py::isinstance<py::array>(obj)) {
@@ -225,6 +357,7 @@ ArrayArg ArrayArg::borrow(const py::handle& obj, const char* name, bool writable
         return from_raw(const_cast<void*>(a.data()), *dtype, shape, strides, nullptr, !writeable, name);
     }
   }
+  if (auto exchanged = borrow_exchanged(obj, name, writable)) return std::move(*exchanged);
   return from(obj, name, writable);
 }
 
@@ -373,20 +506,7 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
       throw py::type_error(std::string(name) + ": __dlpack__ did not return a DLPack capsule");
     }
     refuse_readonly(readonly);
-    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost) {
-      throw py::value_error(std::string(name) + ": expected CPU memory, got DLPack device " +
-                            device_name(t->device.device_type));
-    }
-    const DType dtype = dtype_from_dlpack(t->dtype, name);
-    if (t->ndim > tierkit::kMaxRank) {
-      throw py::value_error(std::string(name) + ": expected at most " + std::to_string(tierkit::kMaxRank) +
-                            " dimensions, got " + std::to_string(t->ndim));
-    }
-    Shape shape = Shape::from_range(t->shape, t->shape + t->ndim);
-    Shape strides =
-        t->strides ? Shape::from_range(t->strides, t->strides + t->ndim) : shape.contiguous_strides();
-    return from_raw(static_cast<char*>(t->data) + t->byte_offset, dtype, shape, strides, std::move(keep),
-                    readonly, name);
+    return from_dltensor(*t, std::move(keep), readonly, name);
   }
 
   throw py::type_error(std::string(name) + ": expected an array (buffer protocol or __dlpack__), got " +

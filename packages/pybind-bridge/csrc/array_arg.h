@@ -9,8 +9,10 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 
 #include "buffer.h"
+#include "dlpack.h"
 #include "tierkit/view.h"
 
 namespace tierkit_bridge {
@@ -26,7 +28,8 @@ class ArrayArg {
   static ArrayArg from(const py::handle& obj, const char* name, bool writable);
   // The same view, for the duration of a call that holds `obj` (an op's
   // argument): numpy arrays are read through numpy's C API without the buffer
-  // protocol or a keep-alive; anything else goes through from().
+  // protocol or a keep-alive, a type with DLPack's C exchange API (torch
+  // tensors) through that table; anything else goes through from().
   static ArrayArg borrow(const py::handle& obj, const char* name, bool writable);
 
   const tierkit::TensorView& view() const { return view_; }
@@ -35,6 +38,9 @@ class ArrayArg {
   Buffer share() const;
 
  private:
+  static std::optional<ArrayArg> borrow_exchanged(const py::handle& obj, const char* name, bool writable);
+  static ArrayArg from_dltensor(const DLTensor& t, std::shared_ptr<void> keepalive, bool readonly,
+                                const char* name);
   static ArrayArg from_raw(void* first, tierkit::DType dtype, const tierkit::Shape& shape,
                            const tierkit::Shape& strides, std::shared_ptr<void> keepalive, bool readonly,
                            const char* name);

@@ -169,6 +169,17 @@ void capsule_destructor(PyObject* capsule, const char* live_name) {
   if (m && m->deleter) m->deleter(m);
 }
 
+}  // namespace
+
+DLManagedTensorVersioned* to_managed_versioned(const Buffer& a) {
+  auto* m = make_managed<DLManagedTensorVersioned>(a);
+  m->version = {dlpack::kMajor, dlpack::kMinor};
+  m->flags = a.readonly ? dlpack::kFlagReadOnly : 0;
+  return m;
+}
+
+namespace {
+
 py::object to_dlpack(const Buffer& a, const py::object& stream, const py::object& max_version,
                      const py::object& dl_device, const py::object& copy) {
   if (!stream.is_none()) {
@@ -208,9 +219,8 @@ py::object to_dlpack(const Buffer& a, const py::object& stream, const py::object
     versioned = v.first >= 1;
   }
   if (versioned) {
-    auto* m = make_managed<DLManagedTensorVersioned>(src);
-    m->version = {dlpack::kMajor, dlpack::kMinor};
-    m->flags = (src.readonly ? dlpack::kFlagReadOnly : 0) | (copied ? dlpack::kFlagIsCopied : 0);
+    auto* m = to_managed_versioned(src);
+    m->flags |= copied ? dlpack::kFlagIsCopied : 0;
     PyObject* cap = PyCapsule_New(m, dlpack::kCapsuleVersioned, [](PyObject* c) {
       capsule_destructor<DLManagedTensorVersioned>(c, dlpack::kCapsuleVersioned);
     });

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "dlpack.h"
 #include "tierkit/buffer.h"
 #include "tierkit/dtype.h"
 #include "tierkit/view.h"
@@ -42,6 +43,11 @@ struct Buffer {
   // process-wide caching allocator instead of the system.
   static Buffer empty(const tierkit::Shape& shape, tierkit::DType dtype, bool cached);
 };
+
+// An owning, versioned DLPack tensor sharing `a`'s memory (it holds a
+// reference to the storage; its deleter needs no GIL), flags READ_ONLY as
+// `a` is.
+DLManagedTensorVersioned* to_managed_versioned(const Buffer& a);
 
 // "float32", numpy.float32, numpy.dtype('float32'), torch.float32 -> DType.
 tierkit::DType parse_dtype(const py::handle& obj);

@@ -17,6 +17,7 @@
 
 #include "array_arg.h"
 #include "buffer.h"
+#include "dlpack_exchange.h"
 #include "tierkit/checks.h"
 #include "tierkit/kernels.h"
 #include "tierkit/op_table.h"
@@ -154,11 +155,22 @@ py::object new_output(const py::handle& first_input, const std::array<const tier
     if (!array) throw py::error_already_set();
     return py::reinterpret_steal<py::object>(array);
   }
-  py::object buffer = py::cast(Buffer::empty(first.shape(), first.dtype(), cached));
-  if (numpy_in) return py::module_::import("numpy").attr("asarray")(buffer);
+  Buffer fresh = Buffer::empty(first.shape(), first.dtype(), cached);
   const TorchHooks* torch = torch_hooks();
-  if (is_torch_tensor(first_input, torch))
-    return py::reinterpret_borrow<py::object>(torch->from_dlpack)(buffer);
+  if (!numpy_in && is_torch_tensor(first_input, torch)) {
+    // torch's C exchange table makes the tensor (tens of nanoseconds, where
+    // torch.from_dlpack on a capsule takes microseconds).
+    const dlpack::ExchangeAPI* api = dlpack::exchange_api_of(first_input.ptr());
+    if (api && api->managed_tensor_to_py_object_no_sync) {
+      DLManagedTensorVersioned* m = to_managed_versioned(fresh);
+      void* tensor = nullptr;
+      if (api->managed_tensor_to_py_object_no_sync(m, &tensor) != 0) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(static_cast<PyObject*>(tensor));
+    }
+    return py::reinterpret_borrow<py::object>(torch->from_dlpack)(py::cast(std::move(fresh)));
+  }
+  py::object buffer = py::cast(std::move(fresh));
+  if (numpy_in) return py::module_::import("numpy").attr("asarray")(buffer);
   return buffer;
 }
 
