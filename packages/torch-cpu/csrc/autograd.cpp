@@ -21,7 +21,6 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/stack.h>
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/silu.h>
 #include <c10/core/GradMode.h>
@@ -34,6 +33,7 @@
 #include "tierkit/op_table.h"
 #include "tierkit_torch/op_signatures.h"
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <mutex>
@@ -176,16 +176,10 @@ struct AutogradPointwise {
   using Info = OpInfo;
   static constexpr std::size_t N = kTensors<Info>;
 
-  // The op's functional kernel below autograd, called boxed whatever its arity.
+  // The op's functional kernel below autograd, called unboxed.
   static at::Tensor call_below(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {
-    static const c10::OperatorHandle h =
-        c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name<Info>(false), "");
     at::AutoDispatchBelowADInplaceOrView below;
-    torch::jit::Stack stack;
-    for (const at::Tensor* t : in) stack.emplace_back(*t);
-    for (double x : s) stack.emplace_back(x);
-    h.callBoxed(stack);
-    return stack.back().toTensor();
+    return TypedCall<Info>::functional(in, s);
   }
 
   static at::Tensor functional(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {
@@ -213,7 +207,7 @@ struct AutogradPointwise {
 
 // ---- writers: not differentiable ---------------------------------------------
 
-void refuse_autodiff(const char* op, const std::vector<const at::Tensor*>& tensors) {
+void refuse_autodiff(const char* op, c10::ArrayRef<const at::Tensor*> tensors) {
   for (const at::Tensor* t : tensors) {
     TORCH_CHECK(!(c10::GradMode::is_enabled() && requires_grad(*t)), op,
                 ": writes into `out` and does not support automatic differentiation (an argument requires "
@@ -256,17 +250,12 @@ template <typename OpInfo>
 at::Tensor& AutogradPointwise<OpInfo>::out(const TensorArgs<Info>& in, const ScalarArgs<Info>& s,
                                            at::Tensor& out, const char* op,
                                            bool /*resize: the kernel's to apply*/) {
-  std::vector<const at::Tensor*> all(in.begin(), in.end());
-  all.push_back(&out);
+  std::array<const at::Tensor*, N + 1> all;
+  std::copy(in.begin(), in.end(), all.begin());
+  all[N] = &out;
   refuse_autodiff(op, all);
-  const c10::OperatorHandle& h = handle_of(op);
-  write_out(out, [&] {
-    torch::jit::Stack stack;
-    for (const at::Tensor* t : in) stack.emplace_back(*t);
-    for (double x : s) stack.emplace_back(x);
-    stack.emplace_back(out);
-    h.callBoxed(stack);
-  });
+  const auto typed = handle_of(op).typed<typename TypedCall<Info>::Out>();
+  write_out(out, [&] { TypedCall<Info>::out(typed, in, s, out); });
   return out;
 }
 

@@ -6,7 +6,6 @@
 // into the functional op plus a copy it knows how to handle.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/stack.h>
 #include <torch/library.h>
 
 #include "tierkit/op_table.h"
@@ -24,23 +23,14 @@ at::Tensor& copy_into(const char* op, at::Tensor& out, const at::Tensor& result,
   return out;
 }
 
-// Boxed: the functional op is called through the dispatcher by name, with
-// the .out call's arguments minus `out`, whatever the op's arity.
+// The functional op is called through the dispatcher with the .out call's
+// arguments minus `out`.
 template <typename OpInfo>
 struct Composite {
   using Info = OpInfo;
-  static at::Tensor call_functional(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {
-    static const c10::OperatorHandle h =
-        c10::Dispatcher::singleton().findSchemaOrThrow(qualified_name<Info>(false), "");
-    torch::jit::Stack stack;
-    for (const at::Tensor* t : in) stack.emplace_back(*t);
-    for (double x : s) stack.emplace_back(x);
-    h.callBoxed(stack);
-    return stack.back().toTensor();
-  }
   static at::Tensor& out(const TensorArgs<Info>& in, const ScalarArgs<Info>& s, at::Tensor& out,
                          const char* op, bool resize) {
-    return copy_into(op, out, call_functional(in, s), resize);
+    return copy_into(op, out, TypedCall<Info>::functional(in, s), resize);
   }
 };
 
