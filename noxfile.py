@@ -153,6 +153,7 @@ def tests(session: nox.Session) -> None:
 
     Runs the tiers' tests inline (not via notify, which would queue them
     after any session named after `tests` on the command line)."""
+    wheels.prepare_torch_envs()  # tests-stable's other torches install while the tiers before it test
     for name in TIERS:
         session.log(f"==== tests-{name}")
         run_tier_tests(session, name)
@@ -200,8 +201,9 @@ def sanitize(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Every tier from its sdist, in dependency order, into dist/; each wheel
-    smoke-tested alone in a fresh venv; core, bridge and tools also built with
-    build isolation, their build requirements taken only from dist/.
+    smoke-tested alone in a fresh venv; core's, the bridge's and the tools'
+    wheels built with build isolation, their build requirements taken only
+    from dist/ (the torch tiers' without, against the shared env's torch).
 
     The wheels are installed into .nox/_env too, so sessions run after this
     one (tests, lint) reuse them instead of compiling the tiers again."""
@@ -213,8 +215,6 @@ def build(session: nox.Session) -> None:
         wheel = wheels.build_from_sdist(session, py, name)
         wheels.install_wheel(session, py, name, wheel)
         wheels.smoke_test(session, py, name)
-        if TIERS[name].public_build_requires:
-            wheels.isolated_build(session, py, name)
     for path in sorted(DIST_DIR.glob("*")):
         if path.is_file():
             session.log(f"{path.name}: {path.stat().st_size / 1e6:.2f} MB")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import runpy
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,55 @@ def python(env_dir: Path = ENV_DIR) -> str:
     return str(env_dir / "bin" / "python")
 
 
+def _env_plan(
+    requirement_files, env_dir: Path, base: str
+) -> tuple[str, Path, list[list[str]], list[list[str]]]:
+    """What making `env_dir` up to date takes: its python, its stamp (the hash
+    of the requirement files), the commands that create the venv (when it is
+    missing) and the one that installs the requirements (when unstamped)."""
+    files = sorted(set(requirement_files))
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode())
+        digest.update((ROOT / name).read_bytes())
+    stamp = env_dir / ".tierkit-stamps" / digest.hexdigest()
+    py = python(env_dir)
+    create = [[base, "-m", "venv", str(env_dir)], [py, "-m", "pip", "install", "-q", "--upgrade", "pip"]]
+    args = [arg for name in files for arg in ("-r", str(ROOT / name))]
+    return py, stamp, create, [[py, "-m", "pip", "install", "-q", *args]]
+
+
+# env_dir -> (the background process preparing it, its log)
+_PREPARING: dict[Path, tuple[subprocess.Popen, Path]] = {}
+
+
+def prepare_in_background(
+    *requirement_files: str, env_dir: Path, base: str = BASE_PYTHON, pip_env: dict | None = None
+) -> None:
+    """Start making `env_dir` up to date in a background process, when it is
+    not already: a torch install is minutes of download and unpacking that can
+    overlap the compiling and testing done meanwhile. shared_env() waits for
+    it (and redoes in the foreground whatever it did not finish)."""
+    py, stamp, create, install = _env_plan(requirement_files, env_dir, base)
+    if stamp.exists() or env_dir in _PREPARING:
+        return
+    steps = ([] if Path(py).exists() else create) + install + [["touch", str(stamp)]]
+    script = f"set -e; mkdir -p {shlex.quote(str(stamp.parent))}; " + "; ".join(
+        shlex.join(step) for step in steps
+    )
+    log = BUILD_DIR / "logs" / f"prepare{env_dir.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # The stamp comes last: an install cut short (ctrl-C) is redone by the next run.
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            ["bash", "-c", script],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(pip_env or {})},
+        )
+    _PREPARING[env_dir] = (proc, log)
+
+
 def shared_env(
     session: nox.Session,
     *requirement_files: str,
@@ -61,19 +111,19 @@ def shared_env(
     """Create/refresh a venv (.nox/_env unless told; from the `base`
     interpreter) with the given requirement files; return its python.
     `pip_env`: extra environment for the requirements' pip install."""
-    files = sorted(set(requirement_files))
-    digest = hashlib.sha256()
-    for name in files:
-        digest.update(name.encode())
-        digest.update((ROOT / name).read_bytes())
-    stamp = env_dir / ".tierkit-stamps" / digest.hexdigest()
-    py = python(env_dir)
+    if env_dir in _PREPARING:
+        proc, log = _PREPARING.pop(env_dir)
+        session.log(f"{env_dir.name}: waiting for its preparation in the background ({log})")
+        if proc.wait() != 0:
+            tail = log.read_text()[-2000:]
+            session.warn(f"{env_dir.name}: the background preparation failed; redoing it here:\n{tail}")
+    py, stamp, create, install = _env_plan(requirement_files, env_dir, base)
     if not Path(py).exists():
-        session.run(base, "-m", "venv", str(env_dir), external=True)
-        session.run(py, "-m", "pip", "install", "-q", "--upgrade", "pip", external=True)
+        for step in create:
+            session.run(*step, external=True)
     if not stamp.exists():
-        args = [arg for name in files for arg in ("-r", str(ROOT / name))]
-        session.run(py, "-m", "pip", "install", "-q", *args, external=True, env=pip_env or {})
+        for step in install:
+            session.run(*step, external=True, env=pip_env or {})
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.touch()
     return py

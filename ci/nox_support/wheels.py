@@ -49,7 +49,12 @@ def wheel_of(name: str) -> Path:
 
 def build_from_sdist(session: nox.Session, py: str, name: str) -> Path:
     """sdist, then the wheel from that sdist, into dist/ (skipped when the
-    wheel there was built from the same sources); returns the wheel."""
+    wheel there was built from the same sources); returns the wheel. A tier
+    with public build backends builds that wheel with build isolation, its
+    requirements resolved only from dist/ and build/wheelhouse (one compile
+    proves both that the sdist is complete and that no tier comes from an
+    index); the torch tiers build without isolation, against the shared
+    env's torch."""
     stamp = tier_stamp(name, BUILT)
     if stamp.exists():
         session.log(f"{name}: wheel in dist/ is up to date")
@@ -57,10 +62,25 @@ def build_from_sdist(session: nox.Session, py: str, name: str) -> Path:
     prefix = _dist_name(name)
     for old in [*DIST_DIR.glob(f"{prefix}-*.whl"), *DIST_DIR.glob(f"{prefix}-*.tar.gz")]:
         old.unlink()
-    session.run(
-        py, "-m", "build", "--no-isolation", "--outdir", str(DIST_DIR), str(ROOT / TIERS[name].path),
-        external=True, env=BUILD_ENV,
-    )  # fmt: skip
+    source = str(ROOT / TIERS[name].path)
+    if TIERS[name].public_build_requires:
+        session.run(
+            py, "-m", "build", "--no-isolation", "--sdist", "--outdir", str(DIST_DIR), source,
+            external=True, env=BUILD_ENV,
+        )  # fmt: skip
+        isolated_build(session, py, name)
+    else:
+        session.run(
+            py,
+            "-m",
+            "build",
+            "--no-isolation",
+            "--outdir",
+            str(DIST_DIR),
+            source,
+            external=True,
+            env=BUILD_ENV,
+        )
     mark_done(stamp)
     return wheel_of(name)
 
@@ -179,9 +199,10 @@ def _extract_data(archive: tarfile.TarFile, out: Path) -> None:
 
 
 def isolated_build(session: nox.Session, py: str, name: str) -> None:
-    """Build from the sdist with build isolation, the build requirements
-    resolved only from dist/ (tiers) and build/wheelhouse (public backends,
-    fetched by name beforehand): `tierkit-core` can never come from an index."""
+    """The wheel of `name` from its sdist in dist/, into dist/, with build
+    isolation: the build requirements resolved only from dist/ (tiers) and
+    build/wheelhouse (public backends, fetched by name beforehand), so
+    `tierkit-core` can never come from an index."""
     tier = TIERS[name]
     WHEELHOUSE.mkdir(parents=True, exist_ok=True)
     backends = hashlib.sha256(" ".join(tier.public_build_requires).encode()).hexdigest()[:12]
@@ -199,11 +220,12 @@ def isolated_build(session: nox.Session, py: str, name: str) -> None:
         _extract_data(archive, out)
     source = next(p for p in out.iterdir() if p.is_dir())
     session.run(
-        py, "-m", "build", "--wheel", "--outdir", str(out), str(source),
+        py, "-m", "build", "--wheel", "--outdir", str(DIST_DIR), str(source),
         external=True,
         env={**BUILD_ENV, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": f"{DIST_DIR} {WHEELHOUSE}"},
     )  # fmt: skip
-    session.log(f"{name}: isolated build from {sdist.name}: {[p.name for p in out.glob('*.whl')]}")
+    shutil.rmtree(out, ignore_errors=True)
+    session.log(f"{name}: wheel built with build isolation from {sdist.name}")
 
 
 OLDEST_ENV = ROOT / ".nox" / "_torch_oldest"
@@ -228,6 +250,18 @@ def install_dist_wheels(
         *map(str, wheels), external=True, env=pip_env or {},
     )  # fmt: skip
     session.run(env_py, "-m", "pip", "check", external=True, env=pip_env or {})
+
+
+def prepare_torch_envs() -> None:
+    """Start installing the oldest and the newest torch (test_wheel_on_torches'
+    second and third envs) in the background: ~3 minutes of download and
+    unpacking, overlapped with the tiers' tests that run before."""
+    from .env import prepare_in_background
+    from .matrix import NEXT_ENV, TORCH_NEXT, UNCAPPED
+    from .tiers import TORCH_OLDEST
+
+    prepare_in_background(TORCH_OLDEST, env_dir=OLDEST_ENV)
+    prepare_in_background(TORCH_NEXT, env_dir=NEXT_ENV, pip_env=UNCAPPED)
 
 
 def test_wheel_on_torches(session: nox.Session, py: str, name: str, pytest_args: tuple[str, ...]) -> None:
