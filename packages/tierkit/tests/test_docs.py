@@ -27,6 +27,7 @@ import shlex
 import shutil
 import site
 import subprocess
+import sys
 import venv
 from pathlib import Path
 
@@ -71,6 +72,12 @@ RUN_BY = {
     ("docs/reliability.md", "bash ci/nox.sh -s tests-cross"): (
         "tests-cross",
         "the soak profile, 2000 examples per op (minutes); CI runs the default profile",
+    ),
+    ("docs/deploy.md", "cd packages/torch-cpu/examples/aoti-runner"): (
+        "tests-torch",
+        "test_deploy.py builds this runner with the same CMake lines and runs it on a package with these "
+        "four arguments (~30 s more here); test_the_runner_block_is_what_test_deploy_runs checks the "
+        "block's input writer and argument order against it",
     ),
     ("docs/torch-cuda.md", "bash ci/nox.sh -s tests-cuda"): ("tests-cuda", "the session itself"),
     ("packages/cpp-core/README.md", "bash ci/nox.sh -s tests-core"): ("tests-core sanitize", "the sessions"),
@@ -330,6 +337,44 @@ def test_documented_block_runs_as_written(page, kind, first, body, scratch, over
         f"{page}: `{first}` changed files git sees or a tier's source hash counts "
         f"(write into an ignored build/ folder instead): {touched}"
     )
+
+
+def test_the_runner_block_is_what_test_deploy_runs(tmp_path):
+    # docs/deploy.md's C++ runner block is run by tests-torch's test_deploy.py
+    # (RUN_BY): its parts are checked against that test here. Its inputs
+    # writer must produce the file test_deploy's reader (and main.cpp) reads...
+    (body,) = [
+        b for page, _, first, b in BLOCKS if page == "docs/deploy.md" and first.startswith("cd packages")
+    ]
+    writer = re.search(r"python - <<'EOF'[^\n]*\n(.*?)\nEOF\n", body, re.S).group(1)
+    torch = pytest.importorskip("torch")
+    (tmp_path / "build").mkdir()
+    subprocess.run([sys.executable, "-c", writer], cwd=tmp_path, check=True)
+    sys.path.insert(0, str(ROOT / "packages" / "torch-cpu" / "tests"))
+    try:
+        from tensor_files import read_tensors
+    finally:
+        sys.path.pop(0)
+    tensors = read_tensors(tmp_path / "build" / "inputs.bin")
+    assert [tuple(t.shape) for t in tensors] == [(7, 16), (7, 16)] and tensors[0].dtype == torch.float32
+    # ... its CMake lines are test_deploy's, and the runner gets test_deploy's
+    # four arguments in test_deploy's order: operator library, package, inputs, outputs.
+    deploy = (ROOT / "packages" / "torch-cpu" / "tests" / "test_deploy.py").read_text()
+    assert re.search(r"cmake -S \. -B build -G Ninja -DTORCH_ROOT=", body)
+    assert all(f'"{arg}"' in deploy for arg in ("-S", "-B", "-G", "Ninja")) and "-DTORCH_ROOT=" in deploy
+    assert "cmake --build build" in body and '"cmake", "--build"' in deploy
+    joined = re.sub(r"\\\n\s*", " ", body)  # backslash-continued lines as one
+    assert re.search(
+        r'build/aoti_runner \$\(python -c "import tierkit_torch; print\(tierkit_torch\.library_path\(\)\)"\)'
+        r"\s+/tmp/tierkit_model\.pt2 build/inputs\.bin build/outputs\.bin",
+        joined,
+    ), joined
+    order = re.search(
+        r"str\(runner\),\s*tierkit_torch\.library_path\(\),\s*str\(path\),\s*"
+        r"str\(tmp / \"inputs\.bin\"\),\s*str\(tmp / \"cpp_out\.bin\"\)",
+        deploy,
+    )
+    assert order, "test_deploy.py no longer runs the runner as (library, package, inputs, outputs)"
 
 
 def test_the_example_tier_entry_is_complete():

@@ -73,8 +73,16 @@ def _thp_peers(cfg: Config, sizes: list[int]) -> list[dict]:
 
     proc = subprocess.run(
         # --quick: no torch.compile peer (a graph compile costs ~10 s; no quick target reads it)
-        [sys.executable, "-c", THP_PROBE, str(cfg.reps), json.dumps(sizes), str(ALPHA), str(BETA),
-         "0" if cfg.quick else "1"],
+        [
+            sys.executable,
+            "-c",
+            THP_PROBE,
+            str(cfg.reps),
+            json.dumps(sizes),
+            str(ALPHA),
+            str(BETA),
+            "0" if cfg.quick else "1",
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"},
