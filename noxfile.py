@@ -28,7 +28,15 @@ from nox_support.env import (
     install_tiers,
     shared_env,
 )
-from nox_support.tiers import BENCH, CROSS_TIERS, LINT, TIERS, requirements_for, with_deps
+from nox_support.tiers import (
+    BENCH,
+    CROSS_TIERS,
+    LINT,
+    TIERS,
+    parallel_pytest_args,
+    requirements_for,
+    with_deps,
+)
 
 # torch.compile's cache goes inside the checkout (build/ is ignored and removed
 # with it), not /tmp/torchinductor_<user>, where every clone's runs pile up
@@ -75,15 +83,18 @@ def run_tier_tests(session: nox.Session, name: str, *args: str) -> None:
         return
     py = env_with(session, with_deps(name))
     jit_dir = {"TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")}
+    # A whole suite in parallel; a chosen few tests (arguments given) in one process.
+    parallel = parallel_pytest_args(py) if tier.parallel_tests and not args else ()
     session.run(
-        py, "-m", "pytest", "-q", "-rs", str(ROOT / tier.path / "tests"), *args,
+        py, "-m", "pytest", "-q", "-rs", *parallel, str(ROOT / tier.path / "tests"), *args,
         external=True, env={**BUILD_ENV, **jit_dir},
     )  # fmt: skip
 
 
 def run_cross_tier_tests(session: nox.Session, *args: str) -> None:
     py = env_with(session, CROSS_TIERS)
-    session.run(py, "-m", "pytest", "-q", "-rs", str(ROOT / "tests"), *args, external=True)
+    parallel = parallel_pytest_args(py, per_file=False) if not args else ()  # test_properties.py: most of it
+    session.run(py, "-m", "pytest", "-q", "-rs", *parallel, str(ROOT / "tests"), *args, external=True)
 
 
 def _tier_session(name: str) -> None:

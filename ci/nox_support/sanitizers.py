@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this modu
     import nox
 
 from .env import BUILD_DIR, ROOT, pip_install
-from .tiers import TIERS
+from .tiers import TIERS, parallel_pytest_args
 
 ASAN_SITE = BUILD_DIR / "asan-site"
 ASAN_LOGS = BUILD_DIR / "asan-logs"
@@ -95,7 +95,8 @@ def sanitize_tier(session: nox.Session, py: str, name: str) -> None:
     assert settings is not None, f"tier {name} has no sanitizer settings in the tier table"
     install_sanitized(session, py, name)
     check_canary(session, py, settings.canary, "ERROR: AddressSanitizer: heap-buffer-overflow")
-    pytest_under_asan(session, py, str(ROOT / TIERS[name].path / "tests"), *settings.pytest_args)
+    parallel = parallel_pytest_args(py) if TIERS[name].parallel_tests else ()  # workers inherit the preload
+    pytest_under_asan(session, py, *parallel, str(ROOT / TIERS[name].path / "tests"), *settings.pytest_args)
 
 
 def reset_site() -> None:

@@ -3,6 +3,8 @@ plus its folder under packages/ (see docs/architecture.md)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from dataclasses import dataclass
 
 BASE = "ci/requirements-base.txt"
@@ -77,6 +79,11 @@ class Tier:
     cuda: bool = False  # needs a CUDA toolkit to build; skipped (with a message) without one
     bench: bool = True  # installed for the bench session
     sanitized: Sanitized | None = None
+    # Its pytest runs on MAX_JOBS workers (pytest-xdist, a file per worker, so
+    # module fixtures are built once): no test in it measures idle cores (the
+    # bridge's GIL tests do, and skip on a busy machine), and its suite is
+    # minutes of mostly one-threaded Python beside compiles.
+    parallel_tests: bool = False
     # The build session: Python run in a fresh venv holding only the tier's
     # wheel and what it declares; whether that venv needs torch (linked, not
     # installed); the public build backends of its wheel's isolated build (empty:
@@ -148,6 +155,7 @@ TIERS: dict[str, Tier] = {
             ),
             smoke=SMOKE_TORCH,
             runtime_torch=True,
+            parallel_tests=True,
         ),
         Tier(
             "cuda",
@@ -168,6 +176,7 @@ TIERS: dict[str, Tier] = {
             requirements=(BASE, TORCH),
             smoke=SMOKE_STABLE,
             runtime_torch=True,
+            parallel_tests=True,
         ),
         # Pure Python; imports whichever tiers are installed, lazily.
         Tier(
@@ -177,17 +186,22 @@ TIERS: dict[str, Tier] = {
             requirements=(BASE, TORCH, BENCH),
             smoke=SMOKE_TOOLS,
             public_build_requires=("hatchling>=1.27",),
+            parallel_tests=True,
         ),
     ]
 }
 
-# The cross-tier tests in tests/ use these tiers.
+# The cross-tier tests in tests/ use these tiers (and run in parallel too).
 CROSS_TIERS = ("core", "bridge", "common", "torch")
 
 
-def with_deps(name: str) -> list[str]:
-    return [*TIERS[name].needs, name]
-
-
-def requirements_for(names) -> list[str]:
-    return sorted({r for n in names for r in TIERS[n].requirements})
+def parallel_pytest_args(py: str, per_file: bool = True) -> tuple[str, ...]:
+    """pytest-xdist's arguments for a parallel suite under interpreter `py`:
+    MAX_JOBS workers, each test file on one of them (`per_file`: its module
+    fixtures are built once) or each test anywhere (a suite with one long
+    file and no module fixtures, tests/); none where xdist is missing (an env
+    made before it was a requirement) or MAX_JOBS is 1."""
+    jobs = os.environ.get("MAX_JOBS", "2")
+    found = subprocess.run([py, "-c", "import xdist"], capture_output=True).returncode == 0
+    dist = "loadfile" if per_file else "load"
+    return ("-n", jobs, "--dist", dist) if found and jobs != "1" else ()

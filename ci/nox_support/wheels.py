@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this modu
     import nox
 
 from .env import BASE_PYTHON, BUILD_DIR, BUILD_ENV, DIST_DIR, ROOT, mark_done, missing_modules, tier_stamp
-from .tiers import TIERS
+from .tiers import TIERS, parallel_pytest_args
 
 SMOKE_DIR = BUILD_DIR / "smoke"
 WHEELHOUSE = BUILD_DIR / "wheelhouse"  # public build backends, downloaded once by name
@@ -289,9 +289,11 @@ def test_wheel_on_torches(session: nox.Session, py: str, name: str, pytest_args:
     for label, env_py in (("shared env", py), ("oldest torch", oldest), ("newest torch", newest)):
         version = subprocess.check_output([env_py, "-c", "import torch; print(torch.__version__)"], text=True)
         session.log(f"==== {wheel.name} (sha256 {digest[:16]}…) under torch {version.strip()} ({label})")
+        parallel = parallel_pytest_args(env_py) if tier.parallel_tests and not pytest_args else ()
         session.run(
-            env_py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", tests, *pytest_args, external=True
-        )
+            env_py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *parallel, tests, *pytest_args,
+            external=True,
+        )  # fmt: skip
     assert sha256(wheel) == digest, "the wheel changed between the runs"
     session.log(f"one wheel, three torches: {wheel.name} sha256 {digest}")
     refuse_other_torch(session, oldest)
