@@ -205,3 +205,11 @@ def parallel_pytest_args(py: str, per_file: bool = True) -> tuple[str, ...]:
     found = subprocess.run([py, "-c", "import xdist"], capture_output=True).returncode == 0
     dist = "loadfile" if per_file else "load"
     return ("-n", jobs, "--dist", dist) if found and jobs != "1" else ()
+
+
+def with_deps(name: str) -> list[str]:
+    return [*TIERS[name].needs, name]
+
+
+def requirements_for(names) -> list[str]:
+    return sorted({r for n in names for r in TIERS[n].requirements})
