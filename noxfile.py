@@ -33,6 +33,7 @@ from nox_support.tiers import (
     CROSS_TIERS,
     LINT,
     TIERS,
+    ci_selection,
     parallel_pytest_args,
     requirements_for,
     with_deps,
@@ -64,9 +65,10 @@ def runnable(session: nox.Session, name: str) -> bool:
     return True
 
 
-def run_tier_tests(session: nox.Session, name: str, *args: str) -> None:
+def run_tier_tests(session: nox.Session, name: str, *args: str, in_ci: bool = False) -> None:
     """One tier's tests: a CMake tier's own CTest suite (then its Python
-    tests, where it has some: core checks its installed wheel), pytest for the rest."""
+    tests, where it has some: core checks its installed wheel), pytest for the
+    rest; `in_ci` (the `tests` session) leaves out the tier's on-demand tests."""
     if not runnable(session, name):
         return
     tier = TIERS[name]
@@ -85,8 +87,11 @@ def run_tier_tests(session: nox.Session, name: str, *args: str) -> None:
     jit_dir = {"TIERKIT_JIT_BUILD_DIR": str(BUILD_DIR / f"jit-{name}")}
     # A whole suite in parallel; a chosen few tests (arguments given) in one process.
     parallel = parallel_pytest_args(py) if tier.parallel_tests and not args else ()
+    selection = ci_selection(name) if in_ci else ()
+    if selection:
+        session.log(f"left to tests-{name} and the on-demand cells: {', '.join(tier.on_demand_tests)}")
     session.run(
-        py, "-m", "pytest", "-q", "-rs", *parallel, str(ROOT / tier.path / "tests"), *args,
+        py, "-m", "pytest", "-q", "-rs", *parallel, *selection, str(ROOT / tier.path / "tests"), *args,
         external=True, env={**BUILD_ENV, **jit_dir},
     )  # fmt: skip
 
@@ -167,7 +172,7 @@ def tests(session: nox.Session) -> None:
     wheels.prepare_torch_envs()  # tests-stable's other torches install while the tiers before it test
     for name in TIERS:
         session.log(f"==== tests-{name}")
-        run_tier_tests(session, name)
+        run_tier_tests(session, name, in_ci=True)
     for name, version in matrix.CI_CELLS:  # tests-stable covered the newest torch
         session.log(f"==== tests-{name}-{version}")
         matrix.test_tier_on_python(session, name, version, ())

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 ARITY = {"add": 2, "mul": 2, "scale_shift": 1, "muladd": 2}
-BUDGET = 6000  # elements per operand, so 200 examples stay fast
+BUDGET = 6000  # elements per operand, so the ci profile stays fast
 
 
 @st.composite

@@ -91,6 +91,10 @@ class Tier:
     smoke: str = ""
     runtime_torch: bool = False
     public_build_requires: tuple[str, ...] = ()
+    # Tests (pytest -k names) the `tests` session, so CI, leaves out to keep
+    # within its 30 minutes: they run in the tier's own session and in the
+    # on-demand cells (tests-torch-next, tests-abi3-3.13), which test it whole.
+    on_demand_tests: tuple[str, ...] = ()
 
 
 TIERS: dict[str, Tier] = {
@@ -156,6 +160,9 @@ TIERS: dict[str, Tier] = {
             smoke=SMOKE_TORCH,
             runtime_torch=True,
             parallel_tests=True,
+            # A second compile of every torch-cpu source (~90 s here) through
+            # torch.utils.cpp_extension.load, compared bit for bit with the wheel.
+            on_demand_tests=("test_jit_build_matches_aot",),
         ),
         Tier(
             "cuda",
@@ -205,6 +212,12 @@ def parallel_pytest_args(py: str, per_file: bool = True) -> tuple[str, ...]:
     found = subprocess.run([py, "-c", "import xdist"], capture_output=True).returncode == 0
     dist = "loadfile" if per_file else "load"
     return ("-n", jobs, "--dist", dist) if found and jobs != "1" else ()
+
+
+def ci_selection(name: str) -> tuple[str, ...]:
+    """pytest arguments that leave out `name`'s on-demand tests (none: all run)."""
+    names = TIERS[name].on_demand_tests
+    return ("-k", "not (" + " or ".join(names) + ")") if names else ()
 
 
 def with_deps(name: str) -> list[str]:
