@@ -169,6 +169,56 @@ TEST(VExp, Boundaries) {
     EXPECT_TRUE(std::isnan(tierkit::vmath::vexp(from_bits(nan)))) << std::hex << nan;
 }
 
+// ---- vexp_sigmoid (the 16-bit loops' exp) -----------------------------------------
+
+// Vectorized with FMA where the CPU has it, and in software (std::fma gives
+// the same bits), as the kernels' loops compute it.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma")))
+#endif
+void vexp_sigmoid_fma(const float* x, float* y, std::size_t n) {
+  TIERKIT_VECTORIZE_LOOP
+  for (std::size_t i = 0; i < n; ++i) y[i] = tierkit::vmath::vexp_sigmoid(x[i]);
+}
+void vexp_sigmoid_soft(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = tierkit::vmath::vexp_sigmoid(x[i]);
+}
+
+// Every 64th bit pattern: within 1.011 ulp on [-80, 88.7228) (vmath.h: 1.0103
+// at worst over every float there), +inf above, and below -80 (the clamp)
+// a value that 1 + rounds away, as 1 + exp(x) is there.
+TEST(VExpSigmoid, WithinAnUlpOnItsRangeAndOneWhereTheSumIsOne) {
+  std::vector<float> xs;
+  xs.reserve(1u << 26);
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 64)
+    xs.push_back(from_bits(static_cast<std::uint32_t>(u + (u >> 12) % 64)));
+  xs.push_back(-5.87788439f);  // the worst float
+  std::vector<float> fast(xs.size()), soft(xs.size());
+  const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (fma) vexp_sigmoid_fma(xs.data(), fast.data(), xs.size());
+  vexp_sigmoid_soft(xs.data(), soft.data(), xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float x = xs[i], y = soft[i];
+    if (fma) {
+      ASSERT_TRUE(bits(fast[i]) == bits(y) || (std::isnan(fast[i]) && std::isnan(y))) << x;
+    }
+    if (std::isnan(x)) {
+      ASSERT_TRUE(std::isnan(y));
+    } else if (x < -80.0f) {
+      ASSERT_EQ(1.0f + y, 1.0f) << x;
+      ASSERT_EQ(1.0f + std::exp(x), 1.0f) << x;
+    } else if (x >= 88.72283935546875f) {  // exp rounds to inf from here
+      ASSERT_EQ(y, INFINITY) << x;
+    } else {
+      ASSERT_LE(ulps(y, std::exp(static_cast<long double>(x))), 1.011L) << std::hexfloat << x;
+    }
+  }
+  EXPECT_EQ(tierkit::vmath::vexp_sigmoid(INFINITY), INFINITY);
+  EXPECT_EQ(1.0f + tierkit::vmath::vexp_sigmoid(-INFINITY), 1.0f);
+  EXPECT_EQ(tierkit::vmath::vexp_sigmoid(0.0f), 1.0f);
+  EXPECT_EQ(tierkit::vmath::vexp_sigmoid(-0.0f), 1.0f);
+}
+
 // ---- silu_mul: accuracy --------------------------------------------------------
 
 long double silu_mul_exact(long double a, long double b) { return a / (1.0L + std::exp(-a)) * b; }
@@ -346,7 +396,8 @@ void kernel_matches_functor() {
   auto a = sweep_inputs<T>(n, 1), b = sweep_inputs<T>(n, 7);
   if constexpr (sizeof(T) == 2)
     for (std::int64_t i = 0; i < n; ++i) a[i] = T::from_bits(static_cast<std::uint16_t>(i));
-  const k::SiluMulOp<C> op{};
+  // The functor the loops apply to T (its narrow() form for 16 bits).
+  const auto op = k::storage_op<T>(k::SiluMulOp<C>{});
   for (std::int64_t offset : {0, 1}) {
     for (unsigned threads : {1u, 0u}) {
       std::vector<T> out(n);

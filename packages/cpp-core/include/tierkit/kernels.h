@@ -87,6 +87,10 @@ struct MulAddOp {
 //    may differ from eager in the last bit, and where eager's rounded
 //    silu(a) is 0 and b large or infinite (eager 0 * inf = NaN or 0 * 1e30
 //    = 0; here the float product, -inf or -4.6e-11).
+//  * For 16-bit storage the loops use narrow() (storage_op below): the same
+//    formula with vmath::vexp_sigmoid, whose fused multiply-adds make the
+//    exp 25% cheaper; float's error before the one rounding to 16 bits stays
+//    far below half a 16-bit ulp (bfloat16 0.498 ulp, float16 0.500).
 template <typename C>
 struct SiluMulOp {
   static C exp_(C x) {
@@ -97,7 +101,32 @@ struct SiluMulOp {
     }
   }
   C operator()(C a, C b) const { return a / (C(1) + exp_(-a)) * b; }
+  struct Narrow {
+    float operator()(float a, float b) const { return a / (1.0f + vmath::vexp_sigmoid(-a)) * b; }
+  };
+  template <typename D = C, typename = std::enable_if_t<std::is_same_v<D, float>>>
+  Narrow narrow() const {
+    return {};
+  }
 };
+
+// The form of `op` that the loops over storage type T apply: op.narrow()
+// for the 16-bit types where the op has one (its results are rounded to 8 or
+// 11 significant bits, so a cheaper float computation can serve), else op.
+// Every loop (contiguous, strided, vectorized, the tails) goes through it,
+// so a result never depends on which loop computed it.
+template <typename Op, typename = void>
+struct has_narrow : std::false_type {};
+template <typename Op>
+struct has_narrow<Op, std::void_t<decltype(std::declval<const Op&>().narrow())>> : std::true_type {};
+template <typename T, typename Op>
+auto storage_op(const Op& op) {
+  if constexpr (sizeof(T) == 2 && has_narrow<Op>::value) {
+    return op.narrow();
+  } else {
+    return op;
+  }
+}
 
 #define TIERKIT_MAP_LOOP \
   TIERKIT_VECTORIZE_LOOP \
@@ -153,25 +182,33 @@ __attribute__((target("avx2,avx512f,avx512bw,avx512vl") TIERKIT_UNROLLED)) void 
   TIERKIT_MAP_LOOP
 }
 
-// float16 through the hardware conversions (F16C), one vector at a time: 8
-// (AVX2) or 16 (AVX-512) halves to floats, the op over those lanes (a loop
-// of fixed length the compiler turns into one vector instruction per step,
-// kept in registers), floats back to halves. A first version staged
-// 256-element blocks through float buffers in memory: 3.5x slower on AMD
-// Zen 3 (583 vs 168 us for 1e6 elements on one core).
-// F16C rounds to nearest even and handles subnormals exactly as the scalar
-// conversions do; only NaN outputs differ (F16C keeps payload bits, the
-// scalar gives the canonical quiet NaN), so they are rewritten to it. A NaN
-// input is quieted on the way in (F16C) or by the op's arithmetic (scalar):
-// either way the output is that canonical NaN with the input's sign, so the
-// results are bit-identical (tests/test_conversions_simd.cpp, every input).
-inline bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+// The 16-bit types in blocks: kBlock16 elements of each input converted to
+// float in aligned stack buffers by explicit vector conversions, the op's
+// plain float loop over the block (vectorized like float's own), the
+// results converted back. GCC's vectorization of the mixed-width loop
+// (16-bit loads, float arithmetic) spilled registers once an op had an exp
+// in it: bfloat16 silu_mul over 1e6 elements on one AMD Zen 4 core took
+// 0.50 ns an element with AVX-512 (1.0 with AVX2), float's own loop 0.26;
+// blocked, 0.30 (with vexp_sigmoid). A plain add: 0.12 -> 0.08 ns.
+// (On Zen 3 a first float16 version that staged blocks through scalar
+// conversions was 3.5x slower than converting a vector at a time; these
+// conversions are vectors.) The block is read whole before it is written,
+// so out may alias an input exactly.
+//
+// Conversions, bit-identical to the scalar ones (tests/test_conversions_simd.cpp,
+// every input): float16 through F16C, which rounds to nearest even and
+// handles subnormals as the scalar code does; only NaN outputs differ (F16C
+// keeps payload bits, the scalar gives sign | 0x7e00), so those lanes are
+// rewritten. bfloat16 by integer arithmetic, the scalar formula in lanes.
+// The functions carry "fma" so that vmath::vexp_sigmoid's std::fma becomes
+// an instruction; no other contraction happens (-ffp-contract=off, core's
+// flag, and fp-contract=off on the functions themselves).
+inline bool cpu_has_16bit_simd() {
+  static const bool has =
+      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
 }
 
-// F16C keeps a NaN's payload bits; the scalar conversion gives sign | 0x7e00.
-// NaNs are rare: lanes are fixed one by one, only when a vector has any.
 inline void canonical_nans(const float* in, Half* out, unsigned lanes) {
   for (; lanes; lanes &= lanes - 1) {
     const int k = __builtin_ctz(lanes);
@@ -179,25 +216,54 @@ inline void canonical_nans(const float* in, Half* out, unsigned lanes) {
   }
 }
 
-__attribute__((target("avx2,f16c"))) inline void halves_to_floats8(const Half* in, float* out) {
+#define TIERKIT_16_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define TIERKIT_16_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl")))
+
+// Each converter moves one vector of floats' worth, in order: 8 elements
+// (AVX2) or 16 (AVX-512). (Widening bfloat16 by interleaving with zeros,
+// which permutes the elements, measured no faster for silu_mul; rms_norm's
+// sums need the order.)
+inline constexpr std::int64_t kLanes256 = 8;
+inline constexpr std::int64_t kLanes512 = 16;
+
+TIERKIT_16_AVX2 inline void to_floats_256(const Half* in, float* out) {
   _mm256_store_ps(out, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in))));
 }
-__attribute__((target("avx2,f16c"))) inline void floats_to_halves8(const float* in, Half* out) {
+TIERKIT_16_AVX2 inline void from_floats_256(const float* in, Half* out) {
   const __m256 v = _mm256_load_ps(in);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
                    _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   const unsigned nan = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
   if (nan) canonical_nans(in, out, nan);
 }
-__attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl"))) inline void halves_to_floats16(const Half* in,
-                                                                                              float* out) {
+TIERKIT_16_AVX2 inline void to_floats_256(const BFloat16* in, float* out) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+  _mm256_store_ps(out, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+}
+// BFloat16::from_float in lanes: (x + 0x7fff + lsb) >> 16, NaNs quieted.
+TIERKIT_16_AVX2 inline void from_floats_256(const float* in, BFloat16* out) {
+  const __m256 v = _mm256_load_ps(in);
+  const __m256i x = _mm256_castps_si256(v);
+  const __m256i hi = _mm256_srli_epi32(x, 16);
+  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i quiet = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+  const __m256i r =
+      _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  // 32 -> 16 bits (every lane is <= 0xffff, so the unsigned saturation never
+  // bites), the two 128-bit halves' results brought together.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+}
+TIERKIT_16_AVX512 inline void to_floats_512(const Half* in, float* out) {
   // The masked form: the plain one starts from _mm512_undefined_ps, which
-  // GCC 12 reports as maybe-uninitialized.
+  // GCC 12 reports as maybe-uninitialized (as it does for the plain integer
+  // shifts and conversions: hence their maskz forms below).
   _mm512_store_ps(out, _mm512_mask_cvtph_ps(_mm512_setzero_ps(), 0xffff,
                                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in))));
 }
-__attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl"))) inline void floats_to_halves16(const float* in,
-                                                                                              Half* out) {
+TIERKIT_16_AVX512 inline void from_floats_512(const float* in, Half* out) {
   const __m512 v = _mm512_load_ps(in);
   _mm256_storeu_si256(
       reinterpret_cast<__m256i*>(out),
@@ -205,62 +271,93 @@ __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl"))) inline void float
   const unsigned nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   if (nan) canonical_nans(in, out, nan);
 }
+TIERKIT_16_AVX512 inline void to_floats_512(const BFloat16* in, float* out) {
+  const __m512i w =
+      _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
+  _mm512_store_ps(out, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16)));
+}
+TIERKIT_16_AVX512 inline __m512i bf16_bits_512(const float* in) {
+  const __m512 v = _mm512_load_ps(in);
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i hi = _mm512_maskz_srli_epi32(0xffff, x, 16);
+  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_maskz_srli_epi32(
+      0xffff, _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(rounded, nan, hi, _mm512_set1_epi32(0x40));
+}
+TIERKIT_16_AVX512 inline void from_floats_512(const float* in, BFloat16* out) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm512_maskz_cvtepi32_epi16(0xffff, bf16_bits_512(in)));
+}
 
-template <std::size_t Lanes, typename Op, typename Src, std::size_t... K>
-__attribute__((always_inline)) inline void apply_lanes(const Op& op, const Src& src, float* dst,
+inline constexpr std::int64_t kBlock16 = 256;
+
+template <typename Op, std::size_t N, std::size_t... K>
+__attribute__((always_inline)) inline void apply_block(const Op& op, const float (&src)[N][kBlock16],
+                                                       float* dst, std::int64_t m,
                                                        std::index_sequence<K...>) {
   TIERKIT_VECTORIZE_LOOP
-  for (std::size_t j = 0; j < Lanes; ++j) dst[j] = op(src[K][j]...);
+  for (std::int64_t j = 0; j < m; ++j) dst[j] = op(src[K][j]...);
 }
 
 // One body for both widths (a macro: each copy is compiled under its own
-// function's target attribute). The tail goes through the scalar
-// conversions, which give the same bits.
-#define TIERKIT_HALF_LANES(LANES, TO_FLOATS, TO_HALVES)                 \
-  std::int64_t i = 0;                                                   \
-  for (; i + (LANES) <= n; i += (LANES)) {                              \
-    alignas(64) float src[sizeof...(In)][LANES];                        \
-    alignas(64) float dst[LANES];                                       \
-    std::size_t k = 0;                                                  \
-    (TO_FLOATS(in + i, src[k++]), ...);                                 \
-    apply_lanes<LANES>(op, src, dst, std::index_sequence_for<In...>{}); \
-    TO_HALVES(dst, out + i);                                            \
-  }                                                                     \
+// function's target attribute). The last elements (fewer than LANES) go
+// through the scalar conversions, which give the same bits.
+#define TIERKIT_16_BLOCKS(LANES, TO_FLOATS, FROM_FLOATS)                                  \
+  alignas(64) float src[sizeof...(In)][kBlock16];                                         \
+  alignas(64) float dst[kBlock16];                                                        \
+  std::int64_t i = 0;                                                                     \
+  while (n - i >= (LANES)) {                                                              \
+    const std::int64_t m = std::min<std::int64_t>(kBlock16, (n - i) / (LANES) * (LANES)); \
+    std::size_t k = 0;                                                                    \
+    (                                                                                     \
+        (void)[&](const auto* p, float* to) {                                             \
+          for (std::int64_t j = 0; j < m; j += (LANES)) TO_FLOATS(p + i + j, to + j);     \
+        }(in, src[k++]),                                                                  \
+        ...);                                                                             \
+    apply_block(op, src, dst, m, std::index_sequence_for<In...>{});                       \
+    for (std::int64_t j = 0; j < m; j += (LANES)) FROM_FLOATS(dst + j, out + i + j);      \
+    i += m;                                                                               \
+  }                                                                                       \
   for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));
 
-template <typename Op, typename... In>
-__attribute__((target("avx2,f16c"))) void map_half_f16c_avx2(const Op& op, Half* out, std::int64_t n,
-                                                             const In*... in) {
-  TIERKIT_HALF_LANES(8, halves_to_floats8, floats_to_halves8)
+template <typename T, typename Op, typename... In>
+TIERKIT_16_AVX2 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_16bit_avx2(
+    const Op& op, T* out, std::int64_t n, const In*... in) {
+  TIERKIT_16_BLOCKS(kLanes256, to_floats_256, from_floats_256)
 }
-template <typename Op, typename... In>
-__attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl"))) void map_half_f16c_avx512(const Op& op,
-                                                                                         Half* out,
-                                                                                         std::int64_t n,
-                                                                                         const In*... in) {
-  TIERKIT_HALF_LANES(16, halves_to_floats16, floats_to_halves16)
+template <typename T, typename Op, typename... In>
+TIERKIT_16_AVX512 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_16bit_avx512(
+    const Op& op, T* out, std::int64_t n, const In*... in) {
+  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512)
 }
-#undef TIERKIT_HALF_LANES
+#undef TIERKIT_16_BLOCKS
+#undef TIERKIT_16_AVX2
+#undef TIERKIT_16_AVX512
 }  // namespace detail
 #endif
 
-// out[i] = op(in[i]...) over n contiguous elements.
+// out[i] = op(in[i]...) over n contiguous elements (storage_op<T>(op) for
+// the 16-bit types).
 template <typename T, typename Op, typename... In>
-void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
+void map_contiguous(const Op& op_in, T* out, std::int64_t n, const In*... in) {
+  const auto op = storage_op<T>(op_in);
 #ifdef TIERKIT_SIMD_DISPATCH
-  constexpr bool kHalf = std::is_same_v<T, Half>;
+  constexpr bool k16 = sizeof(T) == 2;
   switch (detail::simd_level()) {
     case detail::SimdLevel::Avx512:
-      if constexpr (kHalf)
-        if (detail::cpu_has_f16c()) return detail::map_half_f16c_avx512(op, out, n, in...);
+      if constexpr (k16) {
+        if (detail::cpu_has_16bit_simd()) return detail::map_16bit_avx512(op, out, n, in...);
+        return detail::map_contiguous_avx512(op, out, n, in...);
+      }
       // AVX-512 pays for the 16-bit conversions (compute-bound); float and
       // double loops are memory-bound, where it measured 5-10% slower than
       // AVX2 (Intel, 64M-element add: 12.2 vs 13.5 GB/s on one core).
-      if constexpr (sizeof(T) == 2) return detail::map_contiguous_avx512(op, out, n, in...);
       return detail::map_contiguous_avx2(op, out, n, in...);
     case detail::SimdLevel::Avx2:
-      if constexpr (kHalf)
-        if (detail::cpu_has_f16c()) return detail::map_half_f16c_avx2(op, out, n, in...);
+      if constexpr (k16)
+        if (detail::cpu_has_16bit_simd()) return detail::map_16bit_avx2(op, out, n, in...);
       return detail::map_contiguous_avx2(op, out, n, in...);
     case detail::SimdLevel::Baseline: break;
   }
@@ -327,21 +424,47 @@ void map_chunk(const Op& op, const TensorView& out, const TensorView* const (&in
 
 // Element-by-element over [begin, end) in row-major order of `out`, walking
 // each operand's strides; runs along the innermost dimension step by stride.
+#define TIERKIT_STRIDED_ROWS                                             \
+  for (std::int64_t i = begin; i < end;) {                               \
+    const std::int64_t count = std::min(inner - i % inner, end - i);     \
+    T* o = element_at<T>(out, i);                                        \
+    const T* in[N] = {element_at<const T>(*ins[K], i)...};               \
+    for (std::int64_t k = 0; k < count; ++k)                             \
+      store_compute(o + k * so, op(load_compute(in[K] + k * si[K])...)); \
+    i += count;                                                          \
+  }
 template <typename T, typename Op, std::size_t N, std::size_t... K>
-void map_strided(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
-                 std::int64_t end, std::index_sequence<K...>) {
+void strided_rows(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
+                  std::int64_t end, std::int64_t inner, std::int64_t so, const std::int64_t (&si)[N],
+                  std::index_sequence<K...>) {
+  TIERKIT_STRIDED_ROWS
+}
+#ifdef TIERKIT_SIMD_DISPATCH
+// The same rows where the CPU has FMA: a narrow() op's std::fma is then an
+// instruction, not a call into libm (the same bits either way).
+template <typename T, typename Op, std::size_t N, std::size_t... K>
+__attribute__((target("avx2,fma"), optimize("fp-contract=off"))) void strided_rows_fma(
+    const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
+    std::int64_t end, std::int64_t inner, std::int64_t so, const std::int64_t (&si)[N],
+    std::index_sequence<K...>) {
+  TIERKIT_STRIDED_ROWS
+}
+#endif
+#undef TIERKIT_STRIDED_ROWS
+
+template <typename T, typename Op, std::size_t N, std::size_t... K>
+void map_strided(const Op& op_in, const TensorView& out, const TensorView* const (&ins)[N],
+                 std::int64_t begin, std::int64_t end, std::index_sequence<K...> seq) {
+  const auto op = storage_op<T>(op_in);  // as map_contiguous applies it
   const int rank = out.rank();
   const std::int64_t inner = rank == 0 ? 1 : out.shape()[rank - 1];
   const std::int64_t so = rank == 0 ? 0 : out.strides()[rank - 1];
   const std::int64_t si[N] = {(rank == 0 ? 0 : ins[K]->strides()[rank - 1])...};
-  for (std::int64_t i = begin; i < end;) {
-    const std::int64_t count = std::min(inner - i % inner, end - i);
-    T* o = element_at<T>(out, i);
-    const T* in[N] = {element_at<const T>(*ins[K], i)...};
-    for (std::int64_t k = 0; k < count; ++k)
-      store_compute(o + k * so, op(load_compute(in[K] + k * si[K])...));
-    i += count;
-  }
+#ifdef TIERKIT_SIMD_DISPATCH
+  if constexpr (sizeof(T) == 2 && has_narrow<Op>::value)
+    if (cpu_has_16bit_simd()) return strided_rows_fma<T>(op, out, ins, begin, end, inner, so, si, seq);
+#endif
+  strided_rows<T>(op, out, ins, begin, end, inner, so, si, seq);
 }
 
 // Roughly 64 KiB of float per chunk: big enough to amortise the hand-off,

@@ -276,10 +276,148 @@ struct RmsRows {
   }
 };
 
-// Per-level copies. Baseline x86-64 has SSE2 only; AVX2 doubles the width
-// and lets the bfloat16/float16 conversions vectorize. (No AVX-512 copy:
-// not measured, the development host has none.)
+// Per-level copies. Baseline x86-64 has SSE2 only; AVX2 doubles the width.
 #ifdef TIERKIT_SIMD_DISPATCH
+
+// The 16-bit forward rows through float buffers of one chunk (kRmsChunk
+// elements), filled and drained by kernels.h's vector conversions (the same
+// bits as load_compute/store_compute): GCC's vectorization of the mixed-width
+// loops spent more time converting than the float arithmetic takes
+// (bfloat16 [4096, 4096] on two Zen 4 cores: 3.4 ms, float32's 3.7 ms for
+// twice the bytes). The sums keep lane_sum's order exactly (chunks of
+// kRmsChunk, lane j mod kRmsLanes, the same tails), so the results are the
+// scalar rows' bit for bit at every level. W: the width's converters.
+template <typename W, typename T>
+TIERKIT_RMS_INLINE void widen(const T* in, std::int64_t m, float* out) {
+  std::int64_t j = 0;
+  for (; j + W::kLanes <= m; j += W::kLanes) W::to(in + j, out + j);
+  for (; j < m; ++j) out[j] = load_compute(in + j);
+}
+template <typename W, typename T>
+TIERKIT_RMS_INLINE void narrow(const float* in, std::int64_t m, T* out) {
+  std::int64_t j = 0;
+  for (; j + W::kLanes <= m; j += W::kLanes) W::from(in + j, out + j);
+  for (; j < m; ++j) store_compute(out + j, in[j]);
+}
+// The chunk's terms v^2 into acc, as lane_sum adds them.
+TIERKIT_RMS_INLINE void add_squares(const float* v, std::int64_t m, Lanes<float>& acc) {
+  std::int64_t j = 0;
+  for (; j + kRmsLanes <= m; j += kRmsLanes) {
+    float t[kRmsLanes];
+    for (int k = 0; k < kRmsLanes; ++k) t[k] = v[j + k] * v[j + k];
+    acc.add(t);
+  }
+  if (j < m) {
+    float t[kRmsLanes] = {};
+    for (int k = 0; j + k < m; ++k) t[k] = v[j + k] * v[j + k];
+    acc.add(t);
+  }
+}
+
+template <typename W, typename T>
+struct RmsRows16 {
+  // y = (x * rstd) * w over the row, chunk by chunk (y may be x: each chunk
+  // is read before it is written).
+  TIERKIT_RMS_INLINE static void scale(const T* x, const T* w, float rs, std::int64_t d, T* y) {
+    alignas(64) float xb[kRmsChunk], wb[kRmsChunk];
+    for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+      const std::int64_t m = std::min(kRmsChunk, d - j0);
+      widen<W>(x + j0, m, xb);
+      if (w) {
+        widen<W>(w + j0, m, wb);
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t j = 0; j < m; ++j) xb[j] = (xb[j] * rs) * wb[j];
+      } else {
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t j = 0; j < m; ++j) xb[j] = xb[j] * rs;
+      }
+      narrow<W>(xb, m, y + j0);
+    }
+  }
+  TIERKIT_RMS_INLINE static void forward(const T* x, const T* w, float eps, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, float* rstd) {
+    alignas(64) float xb[kRmsChunk];
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      Lanes<float> row;
+      for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+        const std::int64_t m = std::min(kRmsChunk, d - j0);
+        widen<W>(xr + j0, m, xb);
+        Lanes<float> acc;
+        add_squares(xb, m, acc);
+        row.add(acc);
+      }
+      const float rs = RmsRows<T>::rstd_of(row.total(), d, eps);
+      rstd[r] = rs;
+      scale(xr, w, rs, d, y + r * d);
+    }
+  }
+  // h = T(x + residual) chunk by chunk (h may be residual: both inputs of a
+  // chunk are read before its h is written), the sum over h as rounded.
+  TIERKIT_RMS_INLINE static void add_forward(const T* x, const T* res, const T* w, float eps, std::int64_t d,
+                                             std::int64_t lo, std::int64_t hi, T* y, T* h, float* rstd) {
+    alignas(64) float xb[kRmsChunk], rb[kRmsChunk];
+    for (std::int64_t r = lo; r < hi; ++r) {
+      T* hr = h + r * d;
+      Lanes<float> row;
+      for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+        const std::int64_t m = std::min(kRmsChunk, d - j0);
+        widen<W>(x + r * d + j0, m, xb);
+        widen<W>(res + r * d + j0, m, rb);
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t j = 0; j < m; ++j) xb[j] = xb[j] + rb[j];
+        narrow<W>(xb, m, hr + j0);
+        widen<W>(hr + j0, m, xb);  // h as rounded to T
+        Lanes<float> acc;
+        add_squares(xb, m, acc);
+        row.add(acc);
+      }
+      const float rs = RmsRows<T>::rstd_of(row.total(), d, eps);
+      rstd[r] = rs;
+      scale(hr, w, rs, d, y + r * d);
+    }
+  }
+};
+
+// The converters of one width. No target attributes here: the rms16_*
+// functions below are `flatten`, so these and the converters (which carry
+// their width's target) are inlined into a function of the same target.
+#define TIERKIT_RMS16_WIDTH(NAME, LANES, SUFFIX)  \
+  struct NAME {                                   \
+    static constexpr std::int64_t kLanes = LANES; \
+    template <typename T>                         \
+    static void to(const T* in, float* out) {     \
+      to_floats_##SUFFIX(in, out);                \
+    }                                             \
+    template <typename T>                         \
+    static void from(const float* in, T* out) {   \
+      from_floats_##SUFFIX(in, out);              \
+    }                                             \
+  };
+TIERKIT_RMS16_WIDTH(RmsWidth256, kLanes256, 256)
+TIERKIT_RMS16_WIDTH(RmsWidth512, kLanes512, 512)
+#define TIERKIT_RMS16_AVX2 __attribute__((target("avx2,f16c,fma"), flatten))
+#define TIERKIT_RMS16_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl"), flatten))
+template <typename T, typename... A>
+TIERKIT_RMS16_AVX2 __attribute__((optimize("fp-contract=off"))) void rms16_forward_avx2(A... a) {
+  RmsRows16<RmsWidth256, T>::forward(a...);
+}
+template <typename T, typename... A>
+TIERKIT_RMS16_AVX512 __attribute__((optimize("fp-contract=off"))) void rms16_forward_avx512(A... a) {
+  RmsRows16<RmsWidth512, T>::forward(a...);
+}
+template <typename T, typename... A>
+TIERKIT_RMS16_AVX2 __attribute__((optimize("fp-contract=off"))) void rms16_add_forward_avx2(A... a) {
+  RmsRows16<RmsWidth256, T>::add_forward(a...);
+}
+template <typename T, typename... A>
+TIERKIT_RMS16_AVX512 __attribute__((optimize("fp-contract=off"))) void rms16_add_forward_avx512(A... a) {
+  RmsRows16<RmsWidth512, T>::add_forward(a...);
+}
+#undef TIERKIT_RMS16_WIDTH
+#undef TIERKIT_RMS16_AVX2
+#undef TIERKIT_RMS16_AVX512
+
 #define TIERKIT_RMS_AVX2 __attribute__((target("avx2")))
 template <typename T, typename... A>
 TIERKIT_RMS_AVX2 void rms_forward_avx2(A... a) {
@@ -299,19 +437,32 @@ TIERKIT_RMS_AVX2 void rms_backward_avx2(A... a) {
     if (simd_level() != SimdLevel::Baseline) return rms_##NAME##_avx2<T>(__VA_ARGS__); \
     return RmsRows<T>::NAME(__VA_ARGS__);                                              \
   } while (0)
+// The forward rows of a 16-bit T through RmsRows16 where the CPU has the
+// conversions (its AVX-512 copy at that level), else as the others.
+#define TIERKIT_RMS16_DISPATCH(NAME, T, ...)                                                 \
+  do {                                                                                       \
+    if constexpr (sizeof(T) == 2) {                                                          \
+      if (cpu_has_16bit_simd()) {                                                            \
+        if (simd_level() == SimdLevel::Avx512) return rms16_##NAME##_avx512<T>(__VA_ARGS__); \
+        if (simd_level() == SimdLevel::Avx2) return rms16_##NAME##_avx2<T>(__VA_ARGS__);     \
+      }                                                                                      \
+    }                                                                                        \
+    TIERKIT_RMS_DISPATCH(NAME, T, __VA_ARGS__);                                              \
+  } while (0)
 #else
 #define TIERKIT_RMS_DISPATCH(NAME, T, ...) return RmsRows<T>::NAME(__VA_ARGS__)
+#define TIERKIT_RMS16_DISPATCH TIERKIT_RMS_DISPATCH
 #endif
 
 template <typename T>
 void rms_forward_rows(const T* x, const T* w, compute_t<T> eps, std::int64_t d, std::int64_t lo,
                       std::int64_t hi, T* y, compute_t<T>* rstd) {
-  TIERKIT_RMS_DISPATCH(forward, T, x, w, eps, d, lo, hi, y, rstd);
+  TIERKIT_RMS16_DISPATCH(forward, T, x, w, eps, d, lo, hi, y, rstd);
 }
 template <typename T>
 void rms_add_forward_rows(const T* x, const T* res, const T* w, compute_t<T> eps, std::int64_t d,
                           std::int64_t lo, std::int64_t hi, T* y, T* h, compute_t<T>* rstd) {
-  TIERKIT_RMS_DISPATCH(add_forward, T, x, res, w, eps, d, lo, hi, y, h, rstd);
+  TIERKIT_RMS16_DISPATCH(add_forward, T, x, res, w, eps, d, lo, hi, y, h, rstd);
 }
 template <typename T>
 void rms_backward_rows(const T* dy, const T* x, const T* w, const compute_t<T>* rstd, std::int64_t d,
@@ -319,6 +470,7 @@ void rms_backward_rows(const T* dy, const T* x, const T* w, const compute_t<T>* 
   TIERKIT_RMS_DISPATCH(backward, T, dy, x, w, rstd, d, lo, hi, dx, dwp);
 }
 #undef TIERKIT_RMS_DISPATCH
+#undef TIERKIT_RMS16_DISPATCH
 #undef TIERKIT_RMS_INLINE
 #undef TIERKIT_RMS_LAMBDA
 
