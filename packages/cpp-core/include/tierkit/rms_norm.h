@@ -279,7 +279,7 @@ struct RmsRows {
 // Per-level copies. Baseline x86-64 has SSE2 only; AVX2 doubles the width.
 #ifdef TIERKIT_SIMD_DISPATCH
 
-// The 16-bit forward rows through float buffers of one chunk (kRmsChunk
+// The 16-bit rows (forward and backward) through float buffers of one chunk (kRmsChunk
 // elements), filled and drained by kernels.h's vector conversions (the same
 // bits as load_compute/store_compute): GCC's vectorization of the mixed-width
 // loops spent more time converting than the float arithmetic takes
@@ -299,19 +299,26 @@ TIERKIT_RMS_INLINE void narrow(const float* in, std::int64_t m, T* out) {
   for (; j + W::kLanes <= m; j += W::kLanes) W::from(in + j, out + j);
   for (; j < m; ++j) store_compute(out + j, in[j]);
 }
-// The chunk's terms v^2 into acc, as lane_sum adds them.
-TIERKIT_RMS_INLINE void add_squares(const float* v, std::int64_t m, Lanes<float>& acc) {
+// A chunk's m terms t into acc, as lane_sum adds them (the tail's lanes +0).
+TIERKIT_RMS_INLINE void add_terms(const float* t, std::int64_t m, Lanes<float>& acc) {
   std::int64_t j = 0;
   for (; j + kRmsLanes <= m; j += kRmsLanes) {
-    float t[kRmsLanes];
-    for (int k = 0; k < kRmsLanes; ++k) t[k] = v[j + k] * v[j + k];
-    acc.add(t);
+    float v[kRmsLanes];
+    for (int k = 0; k < kRmsLanes; ++k) v[k] = t[j + k];
+    acc.add(v);
   }
   if (j < m) {
-    float t[kRmsLanes] = {};
-    for (int k = 0; j + k < m; ++k) t[k] = v[j + k] * v[j + k];
-    acc.add(t);
+    float v[kRmsLanes] = {};
+    for (int k = 0; j + k < m; ++k) v[k] = t[j + k];
+    acc.add(v);
   }
+}
+// The chunk's terms v^2 into acc.
+TIERKIT_RMS_INLINE void add_squares(const float* v, std::int64_t m, Lanes<float>& acc) {
+  alignas(64) float t[kRmsChunk];
+  TIERKIT_VECTORIZE_LOOP
+  for (std::int64_t j = 0; j < m; ++j) t[j] = v[j] * v[j];
+  add_terms(t, m, acc);
 }
 
 template <typename W, typename T>
@@ -377,6 +384,68 @@ struct RmsRows16 {
       scale(hr, w, rs, d, y + r * d);
     }
   }
+  // RmsRows::backward's arithmetic, chunk by chunk: the dot's terms summed
+  // in lane_sum's order, then dx (which may be dy or x: a chunk's inputs are
+  // read before its dx is written) and dw's partial sums.
+  TIERKIT_RMS_INLINE static void backward(const T* dy, const T* x, const T* w, const float* rstd,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx,
+                                          float* dwp) {
+    alignas(64) float gb[kRmsChunk], xb[kRmsChunk], wb[kRmsChunk], tb[kRmsChunk];
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      const T* gr = dy + r * d;
+      const float rs = rstd[r];
+      if (!dx) {
+        for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+          const std::int64_t m = std::min(kRmsChunk, d - j0);
+          widen<W>(gr + j0, m, gb);
+          widen<W>(xr + j0, m, xb);
+          float* p = dwp + j0;
+          TIERKIT_VECTORIZE_LOOP
+          for (std::int64_t j = 0; j < m; ++j) p[j] += gb[j] * (xb[j] * rs);
+        }
+        continue;
+      }
+      Lanes<float> row;
+      for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+        const std::int64_t m = std::min(kRmsChunk, d - j0);
+        widen<W>(gr + j0, m, gb);
+        widen<W>(xr + j0, m, xb);
+        if (w) {
+          widen<W>(w + j0, m, wb);
+          TIERKIT_VECTORIZE_LOOP
+          for (std::int64_t j = 0; j < m; ++j) tb[j] = (gb[j] * wb[j]) * (xb[j] * rs);
+        } else {
+          TIERKIT_VECTORIZE_LOOP
+          for (std::int64_t j = 0; j < m; ++j) tb[j] = gb[j] * (xb[j] * rs);
+        }
+        Lanes<float> acc;
+        add_terms(tb, m, acc);
+        row.add(acc);
+      }
+      const float c = row.total() / static_cast<float>(d);
+      T* dxr = dx + r * d;
+      for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+        const std::int64_t m = std::min(kRmsChunk, d - j0);
+        widen<W>(gr + j0, m, gb);
+        widen<W>(xr + j0, m, xb);
+        if (w) widen<W>(w + j0, m, wb);
+        if (dwp) {
+          float* p = dwp + j0;
+          TIERKIT_VECTORIZE_LOOP
+          for (std::int64_t j = 0; j < m; ++j) p[j] += gb[j] * (xb[j] * rs);
+        }
+        if (w) {
+          TIERKIT_VECTORIZE_LOOP
+          for (std::int64_t j = 0; j < m; ++j) tb[j] = (gb[j] * wb[j] - (xb[j] * rs) * c) * rs;
+        } else {
+          TIERKIT_VECTORIZE_LOOP
+          for (std::int64_t j = 0; j < m; ++j) tb[j] = (gb[j] - (xb[j] * rs) * c) * rs;
+        }
+        narrow<W>(tb, m, dxr + j0);
+      }
+    }
+  }
 };
 
 // The converters of one width. No target attributes here: the rms16_*
@@ -414,6 +483,14 @@ template <typename T, typename... A>
 TIERKIT_RMS16_AVX512 __attribute__((optimize("fp-contract=off"))) void rms16_add_forward_avx512(A... a) {
   RmsRows16<RmsWidth512, T>::add_forward(a...);
 }
+template <typename T, typename... A>
+TIERKIT_RMS16_AVX2 __attribute__((optimize("fp-contract=off"))) void rms16_backward_avx2(A... a) {
+  RmsRows16<RmsWidth256, T>::backward(a...);
+}
+template <typename T, typename... A>
+TIERKIT_RMS16_AVX512 __attribute__((optimize("fp-contract=off"))) void rms16_backward_avx512(A... a) {
+  RmsRows16<RmsWidth512, T>::backward(a...);
+}
 #undef TIERKIT_RMS16_WIDTH
 #undef TIERKIT_RMS16_AVX2
 #undef TIERKIT_RMS16_AVX512
@@ -437,7 +514,7 @@ TIERKIT_RMS_AVX2 void rms_backward_avx2(A... a) {
     if (simd_level() != SimdLevel::Baseline) return rms_##NAME##_avx2<T>(__VA_ARGS__); \
     return RmsRows<T>::NAME(__VA_ARGS__);                                              \
   } while (0)
-// The forward rows of a 16-bit T through RmsRows16 where the CPU has the
+// The rows of a 16-bit T through RmsRows16 where the CPU has the
 // conversions (its AVX-512 copy at that level), else as the others.
 #define TIERKIT_RMS16_DISPATCH(NAME, T, ...)                                                 \
   do {                                                                                       \
@@ -467,7 +544,7 @@ void rms_add_forward_rows(const T* x, const T* res, const T* w, compute_t<T> eps
 template <typename T>
 void rms_backward_rows(const T* dy, const T* x, const T* w, const compute_t<T>* rstd, std::int64_t d,
                        std::int64_t lo, std::int64_t hi, T* dx, compute_t<T>* dwp) {
-  TIERKIT_RMS_DISPATCH(backward, T, dy, x, w, rstd, d, lo, hi, dx, dwp);
+  TIERKIT_RMS16_DISPATCH(backward, T, dy, x, w, rstd, d, lo, hi, dx, dwp);
 }
 #undef TIERKIT_RMS_DISPATCH
 #undef TIERKIT_RMS16_DISPATCH
