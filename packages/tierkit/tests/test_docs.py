@@ -116,7 +116,8 @@ RUN_BY = {
     ),
     ("packages/torch-cpu/README.md", "pip install torch==2.14.1"): (
         "tests-torch",
-        "rebuilds torch-cpu AOT and JIT (~3 min) and runs its whole suite: what tests-torch does",
+        "rebuilds torch-cpu AOT and JIT (~3 min) and runs its whole suite: what tests-torch does "
+        "(CI's `tests` leaves the JIT build to tests-torch and the on-demand cells)",
     ),
     ("packages/torch-cuda/README.md", "import torch, tierkit_cuda"): (
         "tests-cuda",
