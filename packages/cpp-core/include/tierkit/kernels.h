@@ -204,8 +204,10 @@ __attribute__((target("avx2,avx512f,avx512bw,avx512vl") TIERKIT_UNROLLED)) void 
 // an instruction; no other contraction happens (-ffp-contract=off, core's
 // flag, and fp-contract=off on the functions themselves).
 inline bool cpu_has_16bit_simd() {
-  static const bool has =
-      __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool has = [] {
+    __builtin_cpu_init();  // rms_norm's and the strided loops' dispatch may ask before simd_level()
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return has;
 }
 
@@ -216,6 +218,7 @@ inline void canonical_nans(const float* in, Half* out, unsigned lanes) {
   }
 }
 
+// The 16-bit loops' targets (rms_norm.h's 16-bit rows use them too).
 #define TIERKIT_16_AVX2 __attribute__((target("avx2,f16c,fma")))
 #define TIERKIT_16_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl")))
 
@@ -333,8 +336,6 @@ TIERKIT_16_AVX512 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) 
   TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512)
 }
 #undef TIERKIT_16_BLOCKS
-#undef TIERKIT_16_AVX2
-#undef TIERKIT_16_AVX512
 }  // namespace detail
 #endif
 

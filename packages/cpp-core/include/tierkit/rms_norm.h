@@ -299,26 +299,30 @@ TIERKIT_RMS_INLINE void narrow(const float* in, std::int64_t m, T* out) {
   for (; j + W::kLanes <= m; j += W::kLanes) W::from(in + j, out + j);
   for (; j < m; ++j) store_compute(out + j, in[j]);
 }
-// A chunk's m terms t into acc, as lane_sum adds them (the tail's lanes +0).
-TIERKIT_RMS_INLINE void add_terms(const float* t, std::int64_t m, Lanes<float>& acc) {
-  std::int64_t j = 0;
-  for (; j + kRmsLanes <= m; j += kRmsLanes) {
-    float v[kRmsLanes];
-    for (int k = 0; k < kRmsLanes; ++k) v[k] = t[j + k];
-    acc.add(v);
-  }
-  if (j < m) {
-    float v[kRmsLanes] = {};
-    for (int k = 0; j + k < m; ++k) v[k] = t[j + k];
-    acc.add(v);
-  }
-}
-// The chunk's terms v^2 into acc.
-TIERKIT_RMS_INLINE void add_squares(const float* v, std::int64_t m, Lanes<float>& acc) {
+// lane_sum over d terms that fill(j0, m, t) writes a chunk at a time (t[j]
+// = term(j0 + j), j < m): the same chunks, lanes and tails as lane_sum.
+template <typename Fill>
+TIERKIT_RMS_INLINE float chunk_sum(std::int64_t d, const Fill& fill) {
   alignas(64) float t[kRmsChunk];
-  TIERKIT_VECTORIZE_LOOP
-  for (std::int64_t j = 0; j < m; ++j) t[j] = v[j] * v[j];
-  add_terms(t, m, acc);
+  Lanes<float> row;
+  for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
+    const std::int64_t m = std::min(kRmsChunk, d - j0);
+    fill(j0, m, t);
+    Lanes<float> acc;
+    std::int64_t j = 0;
+    for (; j + kRmsLanes <= m; j += kRmsLanes) {
+      float v[kRmsLanes];
+      for (int k = 0; k < kRmsLanes; ++k) v[k] = t[j + k];
+      acc.add(v);
+    }
+    if (j < m) {  // the chunk's tail; the lanes past it add +0
+      float v[kRmsLanes] = {};
+      for (int k = 0; j + k < m; ++k) v[k] = t[j + k];
+      acc.add(v);
+    }
+    row.add(acc);
+  }
+  return row.total();
 }
 
 template <typename W, typename T>
@@ -346,15 +350,12 @@ struct RmsRows16 {
     alignas(64) float xb[kRmsChunk];
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
-      Lanes<float> row;
-      for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
-        const std::int64_t m = std::min(kRmsChunk, d - j0);
+      const float ss = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_RMS_LAMBDA {
         widen<W>(xr + j0, m, xb);
-        Lanes<float> acc;
-        add_squares(xb, m, acc);
-        row.add(acc);
-      }
-      const float rs = RmsRows<T>::rstd_of(row.total(), d, eps);
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t j = 0; j < m; ++j) t[j] = xb[j] * xb[j];
+      });
+      const float rs = RmsRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
       scale(xr, w, rs, d, y + r * d);
     }
@@ -366,20 +367,17 @@ struct RmsRows16 {
     alignas(64) float xb[kRmsChunk], rb[kRmsChunk];
     for (std::int64_t r = lo; r < hi; ++r) {
       T* hr = h + r * d;
-      Lanes<float> row;
-      for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
-        const std::int64_t m = std::min(kRmsChunk, d - j0);
+      const float ss = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_RMS_LAMBDA {
         widen<W>(x + r * d + j0, m, xb);
         widen<W>(res + r * d + j0, m, rb);
         TIERKIT_VECTORIZE_LOOP
         for (std::int64_t j = 0; j < m; ++j) xb[j] = xb[j] + rb[j];
         narrow<W>(xb, m, hr + j0);
         widen<W>(hr + j0, m, xb);  // h as rounded to T
-        Lanes<float> acc;
-        add_squares(xb, m, acc);
-        row.add(acc);
-      }
-      const float rs = RmsRows<T>::rstd_of(row.total(), d, eps);
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t j = 0; j < m; ++j) t[j] = xb[j] * xb[j];
+      });
+      const float rs = RmsRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
       scale(hr, w, rs, d, y + r * d);
     }
@@ -390,7 +388,21 @@ struct RmsRows16 {
   TIERKIT_RMS_INLINE static void backward(const T* dy, const T* x, const T* w, const float* rstd,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx,
                                           float* dwp) {
-    alignas(64) float gb[kRmsChunk], xb[kRmsChunk], wb[kRmsChunk], tb[kRmsChunk];
+    alignas(64) float gb[kRmsChunk], xh[kRmsChunk], wb[kRmsChunk];
+    // A chunk's g = dy and x_hat = x * rstd (and w where wanted): every pass starts so.
+    const auto load = [&](const T* gr, const T* xr, float rs, std::int64_t j0, std::int64_t m, bool with_w)
+                          TIERKIT_RMS_LAMBDA {
+                            widen<W>(gr + j0, m, gb);
+                            widen<W>(xr + j0, m, xh);
+                            TIERKIT_VECTORIZE_LOOP
+                            for (std::int64_t j = 0; j < m; ++j) xh[j] = xh[j] * rs;
+                            if (with_w) widen<W>(w + j0, m, wb);
+                          };
+    const auto add_dw = [&](std::int64_t j0, std::int64_t m) TIERKIT_RMS_LAMBDA {
+      float* p = dwp + j0;
+      TIERKIT_VECTORIZE_LOOP
+      for (std::int64_t j = 0; j < m; ++j) p[j] += gb[j] * xh[j];
+    };
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const T* gr = dy + r * d;
@@ -398,51 +410,35 @@ struct RmsRows16 {
       if (!dx) {
         for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
           const std::int64_t m = std::min(kRmsChunk, d - j0);
-          widen<W>(gr + j0, m, gb);
-          widen<W>(xr + j0, m, xb);
-          float* p = dwp + j0;
-          TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) p[j] += gb[j] * (xb[j] * rs);
+          load(gr, xr, rs, j0, m, false);
+          add_dw(j0, m);
         }
         continue;
       }
-      Lanes<float> row;
-      for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
-        const std::int64_t m = std::min(kRmsChunk, d - j0);
-        widen<W>(gr + j0, m, gb);
-        widen<W>(xr + j0, m, xb);
+      const float dot = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_RMS_LAMBDA {
+        load(gr, xr, rs, j0, m, w != nullptr);
         if (w) {
-          widen<W>(w + j0, m, wb);
           TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) tb[j] = (gb[j] * wb[j]) * (xb[j] * rs);
+          for (std::int64_t j = 0; j < m; ++j) t[j] = (gb[j] * wb[j]) * xh[j];
         } else {
           TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) tb[j] = gb[j] * (xb[j] * rs);
+          for (std::int64_t j = 0; j < m; ++j) t[j] = gb[j] * xh[j];
         }
-        Lanes<float> acc;
-        add_terms(tb, m, acc);
-        row.add(acc);
-      }
-      const float c = row.total() / static_cast<float>(d);
+      });
+      const float c = dot / static_cast<float>(d);
       T* dxr = dx + r * d;
       for (std::int64_t j0 = 0; j0 < d; j0 += kRmsChunk) {
         const std::int64_t m = std::min(kRmsChunk, d - j0);
-        widen<W>(gr + j0, m, gb);
-        widen<W>(xr + j0, m, xb);
-        if (w) widen<W>(w + j0, m, wb);
-        if (dwp) {
-          float* p = dwp + j0;
-          TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) p[j] += gb[j] * (xb[j] * rs);
-        }
+        load(gr, xr, rs, j0, m, w != nullptr);
+        if (dwp) add_dw(j0, m);
         if (w) {
           TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) tb[j] = (gb[j] * wb[j] - (xb[j] * rs) * c) * rs;
+          for (std::int64_t j = 0; j < m; ++j) gb[j] = (gb[j] * wb[j] - xh[j] * c) * rs;
         } else {
           TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) tb[j] = (gb[j] - (xb[j] * rs) * c) * rs;
+          for (std::int64_t j = 0; j < m; ++j) gb[j] = (gb[j] - xh[j] * c) * rs;
         }
-        narrow<W>(tb, m, dxr + j0);
+        narrow<W>(gb, m, dxr + j0);
       }
     }
   }
@@ -465,35 +461,22 @@ struct RmsRows16 {
   };
 TIERKIT_RMS16_WIDTH(RmsWidth256, kLanes256, 256)
 TIERKIT_RMS16_WIDTH(RmsWidth512, kLanes512, 512)
-#define TIERKIT_RMS16_AVX2 __attribute__((target("avx2,f16c,fma"), flatten))
-#define TIERKIT_RMS16_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl"), flatten))
-template <typename T, typename... A>
-TIERKIT_RMS16_AVX2 __attribute__((optimize("fp-contract=off"))) void rms16_forward_avx2(A... a) {
-  RmsRows16<RmsWidth256, T>::forward(a...);
-}
-template <typename T, typename... A>
-TIERKIT_RMS16_AVX512 __attribute__((optimize("fp-contract=off"))) void rms16_forward_avx512(A... a) {
-  RmsRows16<RmsWidth512, T>::forward(a...);
-}
-template <typename T, typename... A>
-TIERKIT_RMS16_AVX2 __attribute__((optimize("fp-contract=off"))) void rms16_add_forward_avx2(A... a) {
-  RmsRows16<RmsWidth256, T>::add_forward(a...);
-}
-template <typename T, typename... A>
-TIERKIT_RMS16_AVX512 __attribute__((optimize("fp-contract=off"))) void rms16_add_forward_avx512(A... a) {
-  RmsRows16<RmsWidth512, T>::add_forward(a...);
-}
-template <typename T, typename... A>
-TIERKIT_RMS16_AVX2 __attribute__((optimize("fp-contract=off"))) void rms16_backward_avx2(A... a) {
-  RmsRows16<RmsWidth256, T>::backward(a...);
-}
-template <typename T, typename... A>
-TIERKIT_RMS16_AVX512 __attribute__((optimize("fp-contract=off"))) void rms16_backward_avx512(A... a) {
-  RmsRows16<RmsWidth512, T>::backward(a...);
-}
+// Each row body's copy per width, under kernels.h's 16-bit targets.
+#define TIERKIT_RMS16_COPIES(NAME)                                                                         \
+  template <typename T, typename... A>                                                                     \
+  TIERKIT_16_AVX2 __attribute__((flatten, optimize("fp-contract=off"))) void rms16_##NAME##_avx2(A... a) { \
+    RmsRows16<RmsWidth256, T>::NAME(a...);                                                                 \
+  }                                                                                                        \
+  template <typename T, typename... A>                                                                     \
+  TIERKIT_16_AVX512 __attribute__((flatten, optimize("fp-contract=off"))) void rms16_##NAME##_avx512(      \
+      A... a) {                                                                                            \
+    RmsRows16<RmsWidth512, T>::NAME(a...);                                                                 \
+  }
+TIERKIT_RMS16_COPIES(forward)
+TIERKIT_RMS16_COPIES(add_forward)
+TIERKIT_RMS16_COPIES(backward)
+#undef TIERKIT_RMS16_COPIES
 #undef TIERKIT_RMS16_WIDTH
-#undef TIERKIT_RMS16_AVX2
-#undef TIERKIT_RMS16_AVX512
 
 #define TIERKIT_RMS_AVX2 __attribute__((target("avx2")))
 template <typename T, typename... A>
