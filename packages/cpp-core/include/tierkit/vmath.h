@@ -34,6 +34,13 @@ inline float select(bool c, float a, float b) {
   const std::uint32_t m = 0u - static_cast<std::uint32_t>(c);
   return float_of((bits_of(a) & m) | (bits_of(b) & ~m));
 }
+// The constants both exps below share: the reduction's and P's (Cephes
+// expf's minimax coefficients, p0 + p1 r + ... + p5 r^5).
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+inline constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+inline constexpr float kExpP[6] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                                   8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
 }  // namespace detail
 
 // exp(x) for float, within 1.004 ulp of the exact value (every float checked
@@ -58,10 +65,8 @@ inline float select(bool c, float a, float b) {
 //    and the second rounds once, into the subnormals or to inf as the
 //    exact result would.
 inline float vexp(float x) {
+  using detail::kExpP, detail::kLn2Hi, detail::kLn2Lo, detail::kLog2e, detail::kRound;
   constexpr float kMax = 88.75f, kMin = -104.0f;
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
   x = detail::select(x > kMax, kMax, x);
   x = detail::select(x < kMin, kMin, x);
   const float t = x * kLog2e + kRound;
@@ -72,9 +77,9 @@ inline float vexp(float x) {
   // 1e6 floats on one Zen 3 core: 0.90 ns/element, Horner's 1.01; Horner's
   // max error 0.990 ulp, this one's 1.0037).
   const float r2 = r * r;
-  const float q0 = 5.0000001201e-1f + 1.6666665459e-1f * r;
-  const float q1 = 4.1665795894e-2f + 8.3334519073e-3f * r;
-  const float q2 = 1.3981999507e-3f + 1.9875691500e-4f * r;
+  const float q0 = kExpP[0] + kExpP[1] * r;
+  const float q1 = kExpP[2] + kExpP[3] * r;
+  const float q2 = kExpP[4] + kExpP[5] * r;
   const float p = q0 + r2 * (q1 + r2 * q2);
   const float y = (p * r2 + r) + 1.0f;
   // n as an integer: the low bits of t (two's complement, in unsigned
@@ -104,21 +109,20 @@ inline float vexp(float x) {
 //  * 2^n as one factor 2^(n-1) times 2y: n - 1 is in [-117, 127], a normal
 //    float's exponent, and 2y is exact.
 inline float vexp_sigmoid(float x) {
+  using detail::kExpP, detail::kLn2Hi, detail::kLn2Lo, detail::kLog2e, detail::kRound;
   constexpr float kMax = 88.75f, kMin = -80.0f;
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
   x = kMax < x ? kMax : x;
   x = x < kMin ? kMin : x;
   const float t = std::fma(x, kLog2e, kRound);
   const float n = t - kRound;
   const float r = std::fma(-n, kLn2Lo, std::fma(-n, kLn2Hi, x));
-  float p = 1.9875691500e-4f;  // vexp's P
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3334519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
+  // vexp's P by Horner's scheme, written out (a loop here might stay a loop
+  // at -O2, which the vectorizer cannot take inside the kernels' loops).
+  float p = std::fma(kExpP[5], r, kExpP[4]);
+  p = std::fma(p, r, kExpP[3]);
+  p = std::fma(p, r, kExpP[2]);
+  p = std::fma(p, r, kExpP[1]);
+  p = std::fma(p, r, kExpP[0]);
   const float y = std::fma(p, r * r, r) + 1.0f;
   const std::uint32_t ni = detail::bits_of(t) - detail::bits_of(kRound);
   return (y + y) * detail::float_of((ni + 126u) << 23);
