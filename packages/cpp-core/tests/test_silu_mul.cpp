@@ -113,11 +113,16 @@ void expect_vexp_within_an_ulp(const std::vector<float>& xs) {
 
 // Every 64th bit pattern (2^26 floats: every exponent and sign, NaNs,
 // infinities and subnormals), a few neighbours of each.
-TEST(VExp, WithinAnUlpOfDoubleExpOnASweep) {
+std::vector<float> every_64th_float() {
   std::vector<float> xs;
   xs.reserve(1u << 26);
   for (std::uint64_t u = 0; u < (1ull << 32); u += 64)
     xs.push_back(from_bits(static_cast<std::uint32_t>(u + (u >> 12) % 64)));
+  return xs;
+}
+
+TEST(VExp, WithinAnUlpOfDoubleExpOnASweep) {
+  std::vector<float> xs = every_64th_float();
   xs.push_back(70.3719101f);  // the worst float (1.0037 ulp)
   expect_vexp_within_an_ulp(xs);
 }
@@ -188,10 +193,7 @@ void vexp_sigmoid_soft(const float* x, float* y, std::size_t n) {
 // at worst over every float there), +inf above, and below -80 (the clamp)
 // a value that 1 + rounds away, as 1 + exp(x) is there.
 TEST(VExpSigmoid, WithinAnUlpOnItsRangeAndOneWhereTheSumIsOne) {
-  std::vector<float> xs;
-  xs.reserve(1u << 26);
-  for (std::uint64_t u = 0; u < (1ull << 32); u += 64)
-    xs.push_back(from_bits(static_cast<std::uint32_t>(u + (u >> 12) % 64)));
+  std::vector<float> xs = every_64th_float();
   xs.push_back(-5.87788439f);  // the worst float
   std::vector<float> fast(xs.size()), soft(xs.size());
   const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
