@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -286,6 +288,47 @@ TEST(Kernels, CustomRunnerDecidesTheSplit) {
   k::scale_shift(view1d(x), 3.0, 0.5, view1d(out), runner);
   EXPECT_EQ(chunks.size(), 5u);
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], 3.0f * x[i] + 0.5f);
+}
+
+// The rule behind map_contiguous's streaming stores: float and double only
+// (the 16-bit loops store through their conversion blocks), never for an
+// empty loop, and from streaming_threshold() bytes moved (inputs and
+// output), which TIERKIT_STREAMING_STORES=on makes 0 (CTest's
+// ContiguousKernels.streaming_stores runs the kernels so).
+TEST(StreamingStores, OnlyFloatAndDoubleFromTheThreshold) {
+  EXPECT_FALSE(k::streaming_stores<Half>(std::int64_t{1} << 40, 3));
+  EXPECT_FALSE(k::streaming_stores<BFloat16>(std::int64_t{1} << 40, 3));
+  EXPECT_FALSE(k::streaming_stores<float>(0, 3));
+  const std::size_t t = k::streaming_threshold();
+  if (t == SIZE_MAX || !k::streaming_stores<float>(std::int64_t{1} << 40, 3))
+    GTEST_SKIP() << "no streaming here";
+  const auto n = static_cast<std::int64_t>(t / (3 * sizeof(float)));
+  EXPECT_TRUE(k::streaming_stores<float>(n + 1, 3));
+  EXPECT_TRUE(k::streaming_stores<double>(n / 2 + 1, 3));
+  if (t > 0) {
+    EXPECT_FALSE(k::streaming_stores<float>(n / 2, 3));
+  }
+  const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
+  if (mode && std::string(mode) == "on") {
+    EXPECT_TRUE(k::streaming_stores<float>(1, 2));
+  }
+}
+
+// In place, at every offset of `out` from a 64-byte boundary (the loop's
+// scalar head) and lengths around its 4 KiB blocks.
+TEST(StreamingStores, InPlaceAtEveryAlignment) {
+  for (std::int64_t offset = 0; offset < 16; ++offset) {
+    for (std::int64_t n :
+         {std::int64_t{1}, std::int64_t{1023}, std::int64_t{1024 + 17}, std::int64_t{5000}}) {
+      auto x = random_values<float>(static_cast<std::size_t>(offset + n), 11);
+      const auto before = x;
+      k::scale_shift(x.data() + offset, 2.0f, 1.0f, x.data() + offset, n);
+      for (std::int64_t i = 0; i < offset + n; ++i) {
+        const float want = i < offset ? before[i] : 2.0f * before[i] + 1.0f;
+        ASSERT_TRUE(same_bits(x[i], want)) << offset << " " << n << " " << i;
+      }
+    }
+  }
 }
 
 TEST(Checks, BroadcastShapeIsNumpysRule) {

@@ -33,6 +33,9 @@
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
 #include <immintrin.h>
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>  // sysconf: the last-level cache's size (streaming_threshold)
+#endif
 
 // `omp simd` asserts no loop-carried dependency (true even when out is an
 // input: element i only reads element i) and, with -fopenmp-simd (which the
@@ -78,55 +81,44 @@ struct MulAddOp {
 //    below -88.72, where exp(-a) overflows (exact: ~-2e-37 at -89; eager
 //    has the same error). a * (1 / (1 + e)) gives the same specials but
 //    one rounding more, and a subnormal 1 / e near a = -88.7.
-//  * exp is vmath::vexp for float: inline arithmetic, so the loop
-//    vectorizes (a call to expf keeps it scalar: 4x slower); std::exp for
-//    double (not a speed target).
+//  * exp is vmath::vexp_sigmoid for float: inline arithmetic, so the loop
+//    vectorizes (a call to expf keeps it scalar: 4x slower), with fused
+//    multiply-adds, so the loops that run it are compiled for FMA (std::fma
+//    is exactly rounded: every level, and the scalar code, give the same
+//    bits; without FMA hardware it is glibc's fmaf). It is exp within
+//    1.0103 ulp wherever 1 + exp(x) is not 1, which is all silu reads of
+//    it. Against vmath::vexp (no FMA, 1.0037 ulp) it takes half the
+//    instructions: float silu_mul over 2^14 in-cache elements on one Intel
+//    Xeon core, 1.05 -> 0.80 ns an element. std::exp for double (not a
+//    speed target).
 //  * 16-bit types compute in float and round once on store, like every
 //    kernel here. Eager rounds silu(a) to 16 bits before * b: twice, up to
-//    1.5 ulp (measured), where this is 0.5 ulp plus float's error. So it
-//    may differ from eager in the last bit, and where eager's rounded
-//    silu(a) is 0 and b large or infinite (eager 0 * inf = NaN or 0 * 1e30
-//    = 0; here the float product, -inf or -4.6e-11).
-//  * For 16-bit storage the loops use narrow() (storage_op below): the same
-//    formula with vmath::vexp_sigmoid, whose fused multiply-adds make the
-//    exp 25% cheaper; float's error before the one rounding to 16 bits stays
-//    far below half a 16-bit ulp (bfloat16 0.498 ulp, float16 0.500).
+//    1.5 ulp (measured), where this is 0.5 ulp plus float's error (bfloat16
+//    0.498 ulp, float16 0.500). So it may differ from eager in the last
+//    bit, and where eager's rounded silu(a) is 0 and b large or infinite
+//    (eager 0 * inf = NaN or 0 * 1e30 = 0; here the float product, -inf or
+//    -4.6e-11).
 template <typename C>
 struct SiluMulOp {
+  static constexpr bool kComputeBound = true;
   static C exp_(C x) {
     if constexpr (std::is_same_v<C, float>) {
-      return vmath::vexp(x);
+      return vmath::vexp_sigmoid(x);
     } else {
       return std::exp(x);
     }
   }
   C operator()(C a, C b) const { return a / (C(1) + exp_(-a)) * b; }
-  struct Narrow {
-    float operator()(float a, float b) const { return a / (1.0f + vmath::vexp_sigmoid(-a)) * b; }
-  };
-  template <typename D = C, typename = std::enable_if_t<std::is_same_v<D, float>>>
-  Narrow narrow() const {
-    return {};
-  }
 };
 
-// The form of `op` that the loops over storage type T apply: op.narrow()
-// for the 16-bit types where the op has one (its results are rounded to 8 or
-// 11 significant bits, so a cheaper float computation can serve), else op.
-// Every loop (contiguous, strided, vectorized, the tails) goes through it,
-// so a result never depends on which loop computed it.
+// Ops whose arithmetic, not memory, limits their loops (an exp, a
+// division: SiluMulOp says so with kComputeBound): map_contiguous runs
+// them at the widest vector level for float and double too, and the
+// strided loops in their FMA build.
 template <typename Op, typename = void>
-struct has_narrow : std::false_type {};
+struct compute_bound : std::false_type {};
 template <typename Op>
-struct has_narrow<Op, std::void_t<decltype(std::declval<const Op&>().narrow())>> : std::true_type {};
-template <typename T, typename Op>
-auto storage_op(const Op& op) {
-  if constexpr (sizeof(T) == 2 && has_narrow<Op>::value) {
-    return op.narrow();
-  } else {
-    return op;
-  }
-}
+struct compute_bound<Op, std::void_t<decltype(Op::kComputeBound)>> : std::bool_constant<Op::kComputeBound> {};
 
 #define TIERKIT_MAP_LOOP \
   TIERKIT_VECTORIZE_LOOP \
@@ -148,15 +140,17 @@ inline SimdLevel simd_level() {
     __builtin_cpu_init();
     // TIERKIT_SIMD=avx2|baseline caps the level (as ATEN_CPU_CAPABILITY does
     // for torch): to compare, or to avoid AVX-512 on CPUs that slow down for it.
+    // The vector levels' loops are compiled with FMA too (a compute-bound
+    // op's std::fma), so each level asks for it.
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     if (const char* cap = std::getenv("TIERKIT_SIMD")) {
       if (std::strcmp(cap, "baseline") == 0) return SimdLevel::Baseline;
-      if (std::strcmp(cap, "avx2") == 0)
-        return __builtin_cpu_supports("avx2") ? SimdLevel::Avx2 : SimdLevel::Baseline;
+      if (std::strcmp(cap, "avx2") == 0) return avx2 ? SimdLevel::Avx2 : SimdLevel::Baseline;
     }
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
       return SimdLevel::Avx512;
-    return __builtin_cpu_supports("avx2") ? SimdLevel::Avx2 : SimdLevel::Baseline;
+    return avx2 ? SimdLevel::Avx2 : SimdLevel::Baseline;
   }();
   return level;
 }
@@ -171,14 +165,18 @@ inline SimdLevel simd_level() {
 #else
 #define TIERKIT_UNROLLED
 #endif
+// The levels' targets. With "fma" only an explicit std::fma becomes one:
+// fp-contract=off (core's flag, and on the functions themselves, in case a
+// consumer's build lacks the flag) keeps a*x+b rounded twice.
+#define TIERKIT_AVX2 __attribute__((target("avx2,fma"), optimize("fp-contract=off") TIERKIT_UNROLLED))
+#define TIERKIT_AVX512 \
+  __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl"), optimize("fp-contract=off") TIERKIT_UNROLLED))
 template <typename T, typename Op, typename... In>
-__attribute__((target("avx2") TIERKIT_UNROLLED)) void map_contiguous_avx2(const Op& op, T* out,
-                                                                          std::int64_t n, const In*... in) {
+TIERKIT_AVX2 void map_contiguous_avx2(const Op& op, T* out, std::int64_t n, const In*... in) {
   TIERKIT_MAP_LOOP
 }
 template <typename T, typename Op, typename... In>
-__attribute__((target("avx2,avx512f,avx512bw,avx512vl") TIERKIT_UNROLLED)) void map_contiguous_avx512(
-    const Op& op, T* out, std::int64_t n, const In*... in) {
+TIERKIT_AVX512 void map_contiguous_avx512(const Op& op, T* out, std::int64_t n, const In*... in) {
   TIERKIT_MAP_LOOP
 }
 
@@ -332,29 +330,119 @@ TIERKIT_16_AVX2 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) vo
 }
 template <typename T, typename Op, typename... In>
 TIERKIT_16_AVX512 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_16bit_avx512(
-    const Op& op, T* out, std::int64_t n, const In*... in) {
-  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512)
-}
+    const Op& op, T* out, std::int64_t n,
+    const In*... in){TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512)}
 #undef TIERKIT_16_BLOCKS
+
+// Streaming (non-temporal) stores for float and double: the op's loop
+// writes a 4 KiB block on the stack (vectorized as map_contiguous_avx2's),
+// whose lines then go to `out` with _mm256_stream_si256, around the cache.
+// An ordinary store first reads the destination's line into the cache (a
+// read for ownership), so a kernel that writes memory moves 1.5x (unary) or
+// 1.33x (binary) the bytes it must; measured with the bench's compiled
+// STREAM on two AMD Zen 4 cores: scale 39 GB/s ordinary, 58 non-temporal.
+// Only where the output will not be in the cache for its reader anyway:
+// map_contiguous asks streaming_stores() (below). Scalar head up to a
+// 64-byte boundary of `out`, so each streamed group fills a whole line;
+// scalar tail; a fence, so the stores are visible before the chunk reports
+// done. Reads the block's inputs before writing it: out may alias an input
+// exactly.
+#define TIERKIT_STREAMING_LOOP                                                             \
+  constexpr std::int64_t kBlock = 4096 / sizeof(T);                                        \
+  constexpr std::int64_t kVector = 32 / sizeof(T);                                         \
+  alignas(64) T block[kBlock];                                                             \
+  std::int64_t i = 0;                                                                      \
+  for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 64 != 0; ++i)                \
+    store_compute(out + i, op(load_compute(in + i)...));                                   \
+  for (; n - i >= kBlock; i += kBlock) {                                                   \
+    TIERKIT_VECTORIZE_LOOP                                                                 \
+    for (std::int64_t j = 0; j < kBlock; ++j) block[j] = op(load_compute(in + i + j)...);  \
+    for (std::int64_t j = 0; j < kBlock; j += kVector)                                     \
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + j),                         \
+                          _mm256_load_si256(reinterpret_cast<const __m256i*>(block + j))); \
+  }                                                                                        \
+  for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));                  \
+  _mm_sfence();
+template <typename T, typename Op, typename... In>
+TIERKIT_AVX2 void map_streaming_avx2(const Op& op, T* out, std::int64_t n, const In*... in) {
+  TIERKIT_STREAMING_LOOP
+}
+// For compute-bound ops: the block computed with AVX-512.
+template <typename T, typename Op, typename... In>
+TIERKIT_AVX512 void map_streaming_avx512(const Op& op, T* out, std::int64_t n, const In*... in) {
+  TIERKIT_STREAMING_LOOP
+}
+#undef TIERKIT_STREAMING_LOOP
 }  // namespace detail
 #endif
 
-// out[i] = op(in[i]...) over n contiguous elements (storage_op<T>(op) for
-// the 16-bit types).
+// Whether a contiguous loop over `n` elements of T with `operands` arrays
+// (inputs and output) streams its output past the cache. Yes once the
+// chunk moves at least streaming_threshold() bytes: 3/4 of the last-level
+// cache's share of one hardware thread (the rule glibc's memcpy uses for
+// its non-temporal copies). The torch tiers and core's pool split an op
+// into one chunk a thread, so a chunk that large means the op's arrays
+// cannot all stay in the cache: its output would be evicted before anyone
+// reads it, and the read for ownership is pure cost. Smaller outputs keep
+// ordinary stores, which leave the result in the cache for the next op.
+// TIERKIT_STREAMING_STORES=off never streams, =on always (tests use it to
+// run every kernel through the streaming loop); read once.
+inline std::size_t streaming_threshold() {
+  static const std::size_t threshold = [] {
+    if (const char* mode = std::getenv("TIERKIT_STREAMING_STORES")) {
+      if (std::strcmp(mode, "off") == 0) return SIZE_MAX;
+      if (std::strcmp(mode, "on") == 0) return std::size_t{0};
+    }
+    long llc = -1;
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    if (llc <= 0) llc = 32L << 20;  // not known: a common server LLC
+    const std::size_t threads = ThreadPool::default_threads();
+    return static_cast<std::size_t>(llc) / 4 * 3 / threads;
+  }();
+  return threshold;
+}
+template <typename T>
+bool streaming_stores(std::int64_t n, std::size_t operands) {
+#ifdef TIERKIT_SIMD_DISPATCH
+  return (std::is_same_v<T, float> || std::is_same_v<T, double>) && n > 0 &&
+         static_cast<std::size_t>(n) * sizeof(T) * operands >= streaming_threshold() &&
+         detail::simd_level() != detail::SimdLevel::Baseline;
+#else
+  (void)n;
+  (void)operands;
+  return false;
+#endif
+}
+
+// out[i] = op(in[i]...) over n contiguous elements.
 template <typename T, typename Op, typename... In>
-void map_contiguous(const Op& op_in, T* out, std::int64_t n, const In*... in) {
-  const auto op = storage_op<T>(op_in);
+void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
 #ifdef TIERKIT_SIMD_DISPATCH
   constexpr bool k16 = sizeof(T) == 2;
+  constexpr bool wide = compute_bound<Op>::value;
+  if constexpr (!k16) {
+    if (streaming_stores<T>(n, sizeof...(In) + 1)) {
+      if (wide && detail::simd_level() == detail::SimdLevel::Avx512)
+        return detail::map_streaming_avx512(op, out, n, in...);
+      return detail::map_streaming_avx2(op, out, n, in...);
+    }
+  }
   switch (detail::simd_level()) {
     case detail::SimdLevel::Avx512:
       if constexpr (k16) {
         if (detail::cpu_has_16bit_simd()) return detail::map_16bit_avx512(op, out, n, in...);
         return detail::map_contiguous_avx512(op, out, n, in...);
       }
-      // AVX-512 pays for the 16-bit conversions (compute-bound); float and
-      // double loops are memory-bound, where it measured 5-10% slower than
-      // AVX2 (Intel, 64M-element add: 12.2 vs 13.5 GB/s on one core).
+      // AVX-512 pays for the 16-bit conversions and for compute-bound ops
+      // (silu_mul's exp and division: float over 2^20 in-cache elements on
+      // one Intel Xeon core took 1.5 ns an element with AVX2, 0.6 with
+      // AVX-512); other float and double loops are memory-bound, where it
+      // measured 5-10% slower than AVX2 (Intel, 64M-element add: 12.2 vs
+      // 13.5 GB/s on one core).
+      if constexpr (wide) return detail::map_contiguous_avx512(op, out, n, in...);
       return detail::map_contiguous_avx2(op, out, n, in...);
     case detail::SimdLevel::Avx2:
       if constexpr (k16)
@@ -367,6 +455,8 @@ void map_contiguous(const Op& op_in, T* out, std::int64_t n, const In*... in) {
 }
 #undef TIERKIT_MAP_LOOP
 #undef TIERKIT_UNROLLED
+#undef TIERKIT_AVX2
+#undef TIERKIT_AVX512
 
 // The functor F<C> of an op with float arguments `scalars` (schema order).
 template <template <typename> class F, typename C, std::size_t M, std::size_t... J>
@@ -441,7 +531,7 @@ void strided_rows(const Op& op, const TensorView& out, const TensorView* const (
   TIERKIT_STRIDED_ROWS
 }
 #ifdef TIERKIT_SIMD_DISPATCH
-// The same rows where the CPU has FMA: a narrow() op's std::fma is then an
+// The same rows where the CPU has FMA: a compute-bound op's std::fma is then an
 // instruction, not a call into libm (the same bits either way).
 template <typename T, typename Op, std::size_t N, std::size_t... K>
 __attribute__((target("avx2,fma"), optimize("fp-contract=off"))) void strided_rows_fma(
@@ -454,15 +544,14 @@ __attribute__((target("avx2,fma"), optimize("fp-contract=off"))) void strided_ro
 #undef TIERKIT_STRIDED_ROWS
 
 template <typename T, typename Op, std::size_t N, std::size_t... K>
-void map_strided(const Op& op_in, const TensorView& out, const TensorView* const (&ins)[N],
-                 std::int64_t begin, std::int64_t end, std::index_sequence<K...> seq) {
-  const auto op = storage_op<T>(op_in);  // as map_contiguous applies it
+void map_strided(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
+                 std::int64_t end, std::index_sequence<K...> seq) {
   const int rank = out.rank();
   const std::int64_t inner = rank == 0 ? 1 : out.shape()[rank - 1];
   const std::int64_t so = rank == 0 ? 0 : out.strides()[rank - 1];
   const std::int64_t si[N] = {(rank == 0 ? 0 : ins[K]->strides()[rank - 1])...};
 #ifdef TIERKIT_SIMD_DISPATCH
-  if constexpr (sizeof(T) == 2 && has_narrow<Op>::value)
+  if constexpr (compute_bound<Op>::value)
     if (cpu_has_16bit_simd()) return strided_rows_fma<T>(op, out, ins, begin, end, inner, so, si, seq);
 #endif
   strided_rows<T>(op, out, ins, begin, end, inner, so, si, seq);
