@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -399,7 +400,9 @@ inline std::size_t streaming_threshold() {
     if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
     if (llc <= 0) llc = 32L << 20;  // not known: a common server LLC
-    const std::size_t threads = ThreadPool::default_threads();
+    // The hardware threads, not ThreadPool::default_threads(): its cgroup
+    // reading would pull file streams into every library that includes this.
+    const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
     return static_cast<std::size_t>(llc) / 4 * 3 / threads;
   }();
   return threshold;
