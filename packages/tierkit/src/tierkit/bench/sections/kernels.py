@@ -357,7 +357,7 @@ def targets(results: dict) -> list[dict]:
             continue
         errors = [f for f in found if limit.is_error(f[2])]
         worst = max(errors, key=lambda f: f[2]) if errors else min(found, key=lambda f: f[2])
-        detail = "; ".join(f"n={n:.1e}: {g:.1f} GB/s ({limit.fmt_fraction(f)})" for n, g, f in sorted(found))
+        detail = "; ".join(f"n={n:.3g}: {g:.1f} GB/s ({limit.fmt_fraction(f)})" for n, g, f in sorted(found))
         t = target(name, 0.9, round(worst[2], 3), not errors and worst[2] >= 0.9, detail)
         if errors:
             t["error"] = True
@@ -387,7 +387,7 @@ def targets(results: dict) -> list[dict]:
                 factor,
                 round(worst, 2),
                 worst >= factor,
-                "; ".join(f"n={n:.1e}: {p:.2f}x" for n, p in pairs),
+                "; ".join(f"n={n:.3g}: {p:.2f}x" for n, p in pairs),
             )
         )
     return out

@@ -187,7 +187,7 @@ def fraction_rows(results: dict) -> list[tuple[str, dict, float]]:
 def describe(section: str, r: dict, frac: float) -> str:
     what = r.get("impl", "?") + (f" {r['op']}" if r.get("op") and r["op"] not in r.get("impl", "") else "")
     kind = r.get("regime") or r.get("limit_kind") or "?"
-    return f"{section}: {what} n={r['n']:.1e} {r['threads']}T: {frac:.2f} of {limit.regime_label(kind)}"
+    return f"{section}: {what} n={r['n']:.3g} {r['threads']}T: {frac:.2f} of {limit.regime_label(kind)}"
 
 
 def targets(results: dict) -> list[dict]:
