@@ -197,8 +197,14 @@ def sanitize(session: nox.Session) -> None:
         "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
         "-DTIERKIT_SANITIZE=thread",
         # core_threaded_tests: the allocator, pool and kernel tests alone (not
-        # fp_contract_tests, nor the rest of core_tests: nothing threaded there).
-        ctest_args=("-R", "CachingAllocator|ThreadPool|Kernels|canary", "-E", "simd_|NOT_BUILT"),
+        # fp_contract_tests, nor the rest of core_tests: nothing threaded there;
+        # nor core_tests' runs under an environment: the SIMD levels, streaming).
+        ctest_args=(
+            "-R",
+            "CachingAllocator|ThreadPool|Kernels|canary",
+            "-E",
+            "simd_|streaming_stores|NOT_BUILT",
+        ),
         targets=("core_threaded_tests", "tsan_canary"),
     )
     sanitized = [name for name, tier in TIERS.items() if tier.sanitized]
