@@ -128,8 +128,9 @@ _Tensor = torch.Tensor
 def _derivative_needed(tensors: tuple) -> str | None:
     """What differentiation the arguments ask for: "grad" (one requires grad,
     grad mode on), "tangent" (one carries a forward-mode tangent), or None.
-    On every call of every op: plain loops, no generators (a generator and
-    a tuple built per call measured 0.3 us of the kernel's ~9)."""
+    On every call of every op: plain loops, no tuple or generators built per
+    call (with the kernel's call of OpOverload._op: 4.07 -> 3.74 x tierkit's
+    per-call time, together; not measured apart)."""
     if _grad_enabled():
         for t in tensors:
             if isinstance(t, _Tensor) and t.requires_grad:  # None: the kernel's check says so
