@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -330,6 +331,59 @@ TEST(StreamingStores, InPlaceAtEveryAlignment) {
     }
   }
 }
+
+// An op that declares an inner function of its first input (has_inner): the
+// 16-bit loops take inner(a) from a table of every value, and must still
+// give the scalar functor's bits, for a unary op (outer of inner_a alone),
+// a ternary one, in place, and at every level CTest caps the host to.
+namespace {
+struct SquareOp {  // unary: outer(inner(x)) = x*x + 1
+  static float inner(float x) { return x * x; }
+  float outer(float sq) const { return sq + 1.0f; }
+  float operator()(float x) const { return outer(inner(x)); }
+};
+struct ShiftedRatioOp {  // ternary: (1 / (1 + |a|)) * b - c
+  float scale;
+  static float inner(float a) { return 1.0f / (1.0f + std::fabs(a)); }
+  float outer(float r, float b, float c) const { return r * b * scale - c; }
+  float operator()(float a, float b, float c) const { return outer(inner(a), b, c); }
+};
+
+template <typename T, typename Op, typename... In>
+void table_matches_functor(const Op& op, const In&... in) {
+  const std::int64_t n = 65536 + 7;  // every pattern of a, and a scalar tail
+  std::vector<T> a(n);
+  for (std::int64_t i = 0; i < n; ++i) a[i] = T::from_bits(static_cast<std::uint16_t>(i * 7 + 3));
+  std::vector<T> out(n);
+  k::map_contiguous(op, out.data(), n, static_cast<const T*>(a.data()), in.data()...);
+  for (std::int64_t i = 0; i < n; ++i) {
+    T want;
+    tierkit::store_compute(&want, op(tierkit::load_compute(&a[i]), tierkit::load_compute(&in[i])...));
+    ASSERT_TRUE(same_bits(out[i], want)) << "i=" << i << " a bits " << std::hex << a[i].bits;
+  }
+  k::map_contiguous(op, a.data(), n, static_cast<const T*>(a.data()), in.data()...);  // in place
+  EXPECT_TRUE(std::memcmp(a.data(), out.data(), n * sizeof(T)) == 0);
+}
+
+template <typename T>
+void inner_tables() {
+  static_assert(k::has_inner<SquareOp>::value && k::has_inner<k::SiluMulOp<float>>::value);
+  static_assert(!k::has_inner<k::AddOp<float>>::value);
+  table_matches_functor<T>(SquareOp{});
+  const std::int64_t n = 65536 + 7;
+  auto b = random_values<T>(n, 3), c = random_values<T>(n, 4);
+  table_matches_functor<T>(ShiftedRatioOp{0.75f}, b, c);
+  // The table itself holds the functor's float results for every pattern.
+  const float* table = k::inner_table<T, SquareOp>();
+  for (std::uint32_t u = 0; u < 65536; ++u) {
+    const T x = T::from_bits(static_cast<std::uint16_t>(u));
+    ASSERT_TRUE(same_bits(table[u], SquareOp::inner(tierkit::load_compute(&x)))) << std::hex << u;
+  }
+}
+}  // namespace
+
+TEST(VectorizedKernels, InnerTableHalfMatchesScalarFunctor) { inner_tables<Half>(); }
+TEST(VectorizedKernels, InnerTableBFloat16MatchesScalarFunctor) { inner_tables<BFloat16>(); }
 
 TEST(Checks, BroadcastShapeIsNumpysRule) {
   using tierkit::checks::broadcast_shape;

@@ -99,6 +99,8 @@ struct MulAddOp {
 //    bit, and where eager's rounded silu(a) is 0 and b large or infinite
 //    (eager 0 * inf = NaN or 0 * 1e30 = 0; here the float product, -inf or
 //    -4.6e-11).
+//  * silu(a) is `inner`, a function of a alone (see has_inner below): for
+//    16-bit storage the loops read it from a table of its 65536 values.
 template <typename C>
 struct SiluMulOp {
   static constexpr bool kComputeBound = true;
@@ -109,7 +111,9 @@ struct SiluMulOp {
       return std::exp(x);
     }
   }
-  C operator()(C a, C b) const { return a / (C(1) + exp_(-a)) * b; }
+  static C inner(C a) { return a / (C(1) + exp_(-a)); }
+  C outer(C silu_a, C b) const { return silu_a * b; }
+  C operator()(C a, C b) const { return outer(inner(a), b); }
 };
 
 // Ops whose arithmetic, not memory, limits their loops (an exp, a
@@ -120,6 +124,45 @@ template <typename Op, typename = void>
 struct compute_bound : std::false_type {};
 template <typename Op>
 struct compute_bound<Op, std::void_t<decltype(Op::kComputeBound)>> : std::bool_constant<Op::kComputeBound> {};
+
+// Ops of the form outer(inner(a), rest...) whose inner part costs most
+// (silu_mul: silu(a), an exp and a division; then one product) declare
+// `static C inner(C a)` and `C outer(C inner_a, C rest...) const`, with
+// operator() == outer(inner(a), rest...). A 16-bit a has only 65536
+// values, so the vector loops over 16-bit storage gather inner(a) from a
+// table of all of them (inner_table, built once per type on first use:
+// 256 KiB) and compute only outer. The table holds the functor's own float
+// results, so the bits are the computed ones (the scalar tails and the
+// strided loops compute). Measured on one Intel Xeon (Sapphire Rapids)
+// core, silu_mul over 2^16 in-cache randn elements, computed vs table side
+// by side: bfloat16 0.87 -> 0.49 ns an element with AVX-512, 1.4-1.7 ->
+// 0.62-0.73 with AVX2; float16 0.84 -> 0.52 with AVX-512. The table's lines
+// that a tensor's values touch stay in L1/L2 (uniformly random bit
+// patterns, the worst case: 1.4 ns, still faster). Gathers are slow on
+// CPUs with Intel's Gather Data Sampling microcode mitigation (Skylake to
+// Ice Lake): there the table may gain less.
+template <typename Op, typename = void>
+struct has_inner : std::false_type {};
+template <typename Op>
+struct has_inner<Op, std::void_t<decltype(Op::inner(0.0f))>> : std::true_type {};
+template <typename T, typename Op>
+const float* inner_table();
+// outer(inner_a, rest...) as a functor: what the 16-bit blocks apply to the
+// gathered values.
+template <typename Op>
+struct OuterOp {
+  const Op& op;
+  template <typename... C>
+  float operator()(float inner_a, C... rest) const {
+    return op.outer(inner_a, rest...);
+  }
+};
+// inner(a) alone, for building the table with the float loops.
+template <typename Op>
+struct InnerOp {
+  static constexpr bool kComputeBound = true;
+  float operator()(float a) const { return Op::inner(a); }
+};
 
 #define TIERKIT_MAP_LOOP \
   TIERKIT_VECTORIZE_LOOP \
@@ -259,6 +302,18 @@ TIERKIT_16_AVX2 inline void from_floats_256(const float* in, BFloat16* out) {
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
 }
+// inner_table's entries for 8 or 16 16-bit patterns (any 16-bit type).
+TIERKIT_16_AVX2 inline void gather_256(const void* in, const float* table, float* out) {
+  const __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(in)));
+  _mm256_store_ps(out, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), table, idx,
+                                                _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
+}
+TIERKIT_16_AVX512 inline void gather_512(const void* in, const float* table, float* out) {
+  const __m512i idx =
+      _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(static_cast<const __m256i*>(in)));
+  _mm512_store_ps(out, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, idx, table, 4));
+}
+
 TIERKIT_16_AVX512 inline void to_floats_512(const Half* in, float* out) {
   // The masked form: the plain one starts from _mm512_undefined_ps, which
   // GCC 12 reports as maybe-uninitialized (as it does for the plain integer
@@ -332,39 +387,52 @@ __attribute__((always_inline)) inline void apply_block(const Op& op, const float
 
 // One body for both widths (a macro: each copy is compiled under its own
 // function's target attribute). The last elements (fewer than LANES) go
-// through the scalar conversions, which give the same bits.
-#define TIERKIT_16_BLOCKS(LANES, TO_FLOATS, FROM_FLOATS)                                  \
-  alignas(64) float src[sizeof...(In)][kBlock16];                                         \
-  alignas(64) float dst[kBlock16];                                                        \
-  std::int64_t i = 0;                                                                     \
-  while (n - i >= (LANES)) {                                                              \
-    const std::int64_t m = std::min<std::int64_t>(kBlock16, (n - i) / (LANES) * (LANES)); \
-    std::size_t k = 0;                                                                    \
-    (                                                                                     \
-        (void)[&](const auto* p, float* to) {                                             \
-          for (std::int64_t j = 0; j < m; j += (LANES)) TO_FLOATS(p + i + j, to + j);     \
-        }(in, src[k++]),                                                                  \
-        ...);                                                                             \
-    apply_block(op, src, dst, m, std::index_sequence_for<In...>{});                       \
-    for (std::int64_t j = 0; j < m; j += (LANES)) FROM_FLOATS(dst + j, out + i + j);      \
-    i += m;                                                                               \
-  }                                                                                       \
+// through the scalar conversions, which give the same bits. An op with an
+// inner part (has_inner) gets its first block from inner_table instead.
+#define TIERKIT_16_BLOCKS(LANES, TO_FLOATS, FROM_FLOATS, GATHER)                            \
+  constexpr bool kTable = has_inner<Op>::value;                                             \
+  const float* table = nullptr;                                                             \
+  if constexpr (kTable) table = inner_table<T, Op>();                                       \
+  alignas(64) float src[sizeof...(In)][kBlock16];                                           \
+  alignas(64) float dst[kBlock16];                                                          \
+  std::int64_t i = 0;                                                                       \
+  while (n - i >= (LANES)) {                                                                \
+    const std::int64_t m = std::min<std::int64_t>(kBlock16, (n - i) / (LANES) * (LANES));   \
+    std::size_t k = 0;                                                                      \
+    (                                                                                       \
+        (void)[&](const auto* p, float* to) {                                               \
+          if (kTable && to == src[0]) {                                                     \
+            for (std::int64_t j = 0; j < m; j += (LANES)) GATHER(p + i + j, table, to + j); \
+          } else {                                                                          \
+            for (std::int64_t j = 0; j < m; j += (LANES)) TO_FLOATS(p + i + j, to + j);     \
+          }                                                                                 \
+        }(in, src[k++]),                                                                    \
+        ...);                                                                               \
+    if constexpr (kTable) {                                                                 \
+      apply_block(OuterOp<Op>{op}, src, dst, m, std::index_sequence_for<In...>{});          \
+    } else {                                                                                \
+      apply_block(op, src, dst, m, std::index_sequence_for<In...>{});                       \
+    }                                                                                       \
+    for (std::int64_t j = 0; j < m; j += (LANES)) FROM_FLOATS(dst + j, out + i + j);        \
+    i += m;                                                                                 \
+  }                                                                                         \
   for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));
 
 template <typename T, typename Op, typename... In>
 TIERKIT_16_AVX2 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_16bit_avx2(
     const Op& op, T* out, std::int64_t n, const In*... in) {
-  TIERKIT_16_BLOCKS(kLanes256, to_floats_256, from_floats_256);
+  TIERKIT_16_BLOCKS(kLanes256, to_floats_256, from_floats_256, gather_256);
 }
 template <typename T, typename Op, typename... In>
 TIERKIT_16_AVX512 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_16bit_avx512(
     const Op& op, T* out, std::int64_t n, const In*... in) {
-  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512);
+  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512, gather_512);
 }
 template <typename Op, typename... In>
 TIERKIT_16_AVX512BF16 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_bf16_avx512bf16(
     const Op& op, BFloat16* out, std::int64_t n, const In*... in) {
-  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512_bf16);
+  using T = BFloat16;
+  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512_bf16, gather_512);
 }
 #undef TIERKIT_16_BLOCKS
 
@@ -494,6 +562,26 @@ void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
 }
 #undef TIERKIT_MAP_LOOP
 #undef TIERKIT_UNROLLED
+
+// Op::inner(x) for every bit pattern x of the 16-bit type T, in float
+// (has_inner above): built on first use by the float loops (the scalar
+// functor's bits), then kept for the life of the process (never freed, so
+// no loop can outlive it at exit).
+template <typename T, typename Op>
+const float* inner_table() {
+  static_assert(sizeof(T) == 2, "a table of every value exists for 16-bit types only");
+  static const float* const table = [] {
+    constexpr std::int64_t kValues = 65536;
+    float* values = new float[kValues];
+    for (std::int64_t u = 0; u < kValues; ++u) {
+      const T x = T::from_bits(static_cast<std::uint16_t>(u));
+      values[u] = load_compute(&x);
+    }
+    map_contiguous(InnerOp<Op>{}, values, kValues, static_cast<const float*>(values));
+    return values;
+  }();
+  return table;
+}
 #undef TIERKIT_AVX2
 #undef TIERKIT_AVX512
 
