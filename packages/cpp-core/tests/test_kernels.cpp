@@ -373,17 +373,78 @@ void inner_tables() {
   const std::int64_t n = 65536 + 7;
   auto b = random_values<T>(n, 3), c = random_values<T>(n, 4);
   table_matches_functor<T>(ShiftedRatioOp{0.75f}, b, c);
-  // The table itself holds the functor's float results for every pattern.
-  const float* table = k::inner_table<T, SquareOp>();
+  // The tables themselves hold the functors' float results for every
+  // pattern (silu_mul's own: its all-patterns kernel test pairs each a with
+  // one b, where an entry off by an ulp seldom changes the 16-bit result).
+  const float* square = k::inner_table<T, SquareOp>();
+  const float* silu = k::inner_table<T, k::SiluMulOp<float>>();
   for (std::uint32_t u = 0; u < 65536; ++u) {
     const T x = T::from_bits(static_cast<std::uint16_t>(u));
-    ASSERT_TRUE(same_bits(table[u], SquareOp::inner(tierkit::load_compute(&x)))) << std::hex << u;
+    const float a = tierkit::load_compute(&x);
+    ASSERT_TRUE(same_bits(square[u], SquareOp::inner(a))) << std::hex << u;
+    ASSERT_TRUE(same_bits(silu[u], k::SiluMulOp<float>::inner(a))) << std::hex << u;
   }
 }
+
+#if defined(__x86_64__)
+// inner(a) * 2^100 * b: its inner results are subnormal for |a| < 2^-6, so
+// a flush-to-zero or denormals-are-zero mode changes them (to 0).
+struct TinyOp {
+  static float inner(float a) { return a * 0x1p-120f; }
+  float outer(float s, float b) const { return s * 0x1p100f * b; }
+  float operator()(float a, float b) const { return outer(inner(a), b); }
+};
+constexpr unsigned kFtz = 0x8000u, kDaz = 0x0040u;
+// Sets MXCSR's mode bits for a scope (restores the register after).
+class FloatModeScope {
+ public:
+  explicit FloatModeScope(unsigned bits) : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | bits); }
+  ~FloatModeScope() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+};
+#endif
 }  // namespace
 
 TEST(VectorizedKernels, InnerTableHalfMatchesScalarFunctor) { inner_tables<Half>(); }
 TEST(VectorizedKernels, InnerTableBFloat16MatchesScalarFunctor) { inner_tables<BFloat16>(); }
+
+#if defined(__x86_64__)
+// A table first built by a thread that flushes denormals still holds the
+// IEEE results (the first caller's mode must not stay in it), and a caller
+// in a flushing mode gets what it would compute in that mode, not the table.
+TEST(VectorizedKernels, InnerTableKeepsNoCallersFloatMode) {
+  const std::int64_t n = 65536 + 7;
+  auto b = random_values<BFloat16>(n, 5);
+  auto b16 = random_values<Half>(n, 5);
+  const float* table;
+  {
+    const FloatModeScope mode(kFtz | kDaz);
+    table = k::inner_table<BFloat16, TinyOp>();  // its first use
+  }
+  int subnormal = 0;
+  for (std::uint32_t u = 0; u < 65536; ++u) {
+    const BFloat16 x = BFloat16::from_bits(static_cast<std::uint16_t>(u));
+    const float a = tierkit::load_compute(&x);
+    ASSERT_TRUE(same_bits(table[u], TinyOp::inner(a))) << std::hex << u;
+    subnormal += std::fpclassify(table[u]) == FP_SUBNORMAL;
+  }
+  EXPECT_GT(subnormal, 1000);  // the test means something
+  table_matches_functor<BFloat16>(TinyOp{}, b);
+  for (unsigned bits : {kFtz, kDaz, kFtz | kDaz}) {
+    SCOPED_TRACE(bits);
+    const FloatModeScope mode(bits);
+    table_matches_functor<BFloat16>(TinyOp{}, b);
+    table_matches_functor<Half>(TinyOp{}, b16);
+  }
+  // Rounding toward zero: bfloat16 only. float16's scalar conversion rounds
+  // a subnormal half with a float add, which follows the mode; F16C's
+  // rounds to nearest whatever it is.
+  const FloatModeScope mode(0x6000u);
+  table_matches_functor<BFloat16>(TinyOp{}, b);
+}
+#endif
 
 TEST(Checks, BroadcastShapeIsNumpysRule) {
   using tierkit::checks::broadcast_shape;

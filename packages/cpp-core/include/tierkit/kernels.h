@@ -130,23 +130,57 @@ struct compute_bound<Op, std::void_t<decltype(Op::kComputeBound)>> : std::bool_c
 // `static C inner(C a)` and `C outer(C inner_a, C rest...) const`, with
 // operator() == outer(inner(a), rest...). A 16-bit a has only 65536
 // values, so the vector loops over 16-bit storage gather inner(a) from a
-// table of all of them (inner_table, built once per type on first use:
-// 256 KiB) and compute only outer. The table holds the functor's own float
-// results, so the bits are the computed ones (the scalar tails and the
-// strided loops compute). Measured on one Intel Xeon (Sapphire Rapids)
+// table of all of them (inner_table, built on first use, 256 KiB for each
+// type and op: in each shared library that includes these headers with
+// hidden visibility, once a process where they are exported) and compute
+// only outer. The table holds the functor's own float results, computed in
+// the IEEE default mode, so the bits are the computed ones (the scalar tails
+// and the strided loops compute); a caller in another mode (flush-to-zero or
+// denormals-are-zero, torch.set_flush_denormal; another rounding) gets the
+// computed loop, which follows it. Measured on one Intel Xeon (Sapphire Rapids)
 // core, silu_mul over 2^16 in-cache randn elements, computed vs table side
 // by side: bfloat16 0.87 -> 0.49 ns an element with AVX-512, 1.4-1.7 ->
 // 0.62-0.73 with AVX2; float16 0.84 -> 0.52 with AVX-512. The table's lines
 // that a tensor's values touch stay in L1/L2 (uniformly random bit
-// patterns, the worst case: 1.4 ns, still faster). Gathers are slow on
-// CPUs with Intel's Gather Data Sampling microcode mitigation (Skylake to
-// Ice Lake): there the table may gain less.
+// patterns, the worst case: 1.4 ns, still faster). Not measured on AMD
+// CPUs. Gathers are slow on CPUs with Intel's Gather Data Sampling
+// microcode mitigation (Skylake to Ice Lake): there the table may not pay.
+// Only an inner computed in float counts (a wider one would be rounded to
+// float in the table: a rounding the functor does not do).
 template <typename Op, typename = void>
 struct has_inner : std::false_type {};
 template <typename Op>
-struct has_inner<Op, std::void_t<decltype(Op::inner(0.0f))>> : std::true_type {};
+struct has_inner<Op, std::enable_if_t<std::is_same_v<decltype(Op::inner(std::declval<float>())), float>>>
+    : std::true_type {};
 template <typename T, typename Op>
 const float* inner_table();
+template <typename First, typename...>
+struct first_of {
+  using type = First;
+};
+
+// Whether the calling thread's SSE control register (MXCSR) is in the IEEE
+// default mode: round to nearest, no flush-to-zero (bit 15), no
+// denormals-are-zero (bit 6). Only then does a table built in that mode
+// give the bits this thread would compute. IeeeFloatMode holds that mode
+// for its lifetime (exceptions masked) and restores the caller's register,
+// flags and all, after.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
+inline bool ieee_float_mode() { return (_mm_getcsr() & 0xE040u) == 0; }
+class IeeeFloatMode {
+ public:
+  IeeeFloatMode() : saved_(_mm_getcsr()) { _mm_setcsr(0x1f80u); }
+  ~IeeeFloatMode() { _mm_setcsr(saved_); }
+  IeeeFloatMode(const IeeeFloatMode&) = delete;
+  IeeeFloatMode& operator=(const IeeeFloatMode&) = delete;
+
+ private:
+  unsigned saved_;
+};
+#else
+inline bool ieee_float_mode() { return true; }  // no table loop is built here
+struct IeeeFloatMode {};
+#endif
 // outer(inner_a, rest...) as a functor: what the 16-bit blocks apply to the
 // gathered values.
 template <typename Op>
@@ -388,11 +422,16 @@ __attribute__((always_inline)) inline void apply_block(const Op& op, const float
 // One body for both widths (a macro: each copy is compiled under its own
 // function's target attribute). The last elements (fewer than LANES) go
 // through the scalar conversions, which give the same bits. An op with an
-// inner part (has_inner) gets its first block from inner_table instead.
+// inner part (has_inner) gets its first block from inner_table instead
+// (where there is a block, and in the IEEE default mode).
 #define TIERKIT_16_BLOCKS(LANES, TO_FLOATS, FROM_FLOATS, GATHER)                            \
   constexpr bool kTable = has_inner<Op>::value;                                             \
   const float* table = nullptr;                                                             \
-  if constexpr (kTable) table = inner_table<T, Op>();                                       \
+  if constexpr (kTable) {                                                                   \
+    static_assert(std::is_same_v<typename first_of<In...>::type, T>,                        \
+                  "the table is indexed by the first input's bits: it must be of T");       \
+    if (n >= (LANES) && ieee_float_mode()) table = inner_table<T, Op>();                    \
+  }                                                                                         \
   alignas(64) float src[sizeof...(In)][kBlock16];                                           \
   alignas(64) float dst[kBlock16];                                                          \
   std::int64_t i = 0;                                                                       \
@@ -401,7 +440,7 @@ __attribute__((always_inline)) inline void apply_block(const Op& op, const float
     std::size_t k = 0;                                                                      \
     (                                                                                       \
         (void)[&](const auto* p, float* to) {                                               \
-          if (kTable && to == src[0]) {                                                     \
+          if (table && to == src[0]) {                                                      \
             for (std::int64_t j = 0; j < m; j += (LANES)) GATHER(p + i + j, table, to + j); \
           } else {                                                                          \
             for (std::int64_t j = 0; j < m; j += (LANES)) TO_FLOATS(p + i + j, to + j);     \
@@ -409,7 +448,11 @@ __attribute__((always_inline)) inline void apply_block(const Op& op, const float
         }(in, src[k++]),                                                                    \
         ...);                                                                               \
     if constexpr (kTable) {                                                                 \
-      apply_block(OuterOp<Op>{op}, src, dst, m, std::index_sequence_for<In...>{});          \
+      if (table) {                                                                          \
+        apply_block(OuterOp<Op>{op}, src, dst, m, std::index_sequence_for<In...>{});        \
+      } else {                                                                              \
+        apply_block(op, src, dst, m, std::index_sequence_for<In...>{});                     \
+      }                                                                                     \
     } else {                                                                                \
       apply_block(op, src, dst, m, std::index_sequence_for<In...>{});                       \
     }                                                                                       \
@@ -565,12 +608,14 @@ void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
 
 // Op::inner(x) for every bit pattern x of the 16-bit type T, in float
 // (has_inner above): built on first use by the float loops (the scalar
-// functor's bits), then kept for the life of the process (never freed, so
-// no loop can outlive it at exit).
+// functor's bits) in the IEEE default mode whatever the first caller's,
+// then kept for the life of the process (never freed, so no loop can
+// outlive it at exit).
 template <typename T, typename Op>
 const float* inner_table() {
   static_assert(sizeof(T) == 2, "a table of every value exists for 16-bit types only");
   static const float* const table = [] {
+    [[maybe_unused]] const IeeeFloatMode mode;
     constexpr std::int64_t kValues = 65536;
     float* values = new float[kValues];
     for (std::int64_t u = 0; u < kValues; ++u) {
