@@ -316,7 +316,8 @@ TEST(StreamingStores, OnlyFloatAndDoubleFromTheThreshold) {
 }
 
 // In place, at every offset of `out` from a 64-byte boundary (the loop's
-// scalar head) and lengths around its 4 KiB blocks.
+// scalar head) and lengths with and without a scalar tail after its
+// 256-byte blocks.
 TEST(StreamingStores, InPlaceAtEveryAlignment) {
   for (std::int64_t offset = 0; offset < 16; ++offset) {
     for (std::int64_t n :

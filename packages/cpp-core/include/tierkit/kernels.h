@@ -418,6 +418,16 @@ __attribute__((always_inline)) inline void apply_block(const Op& op, const float
   TIERKIT_VECTORIZE_LOOP
   for (std::int64_t j = 0; j < m; ++j) dst[j] = op(src[K][j]...);
 }
+// The block's op: outer alone where src[0] holds gathered inner(a) values
+// (`gathered`: an op with an inner part, its table in use), else op whole.
+template <typename Op, std::size_t N, typename Seq>
+__attribute__((always_inline)) inline void apply_block_of(const Op& op, bool gathered,
+                                                          const float (&src)[N][kBlock16], float* dst,
+                                                          std::int64_t m, Seq seq) {
+  if constexpr (has_inner<Op>::value)
+    if (gathered) return apply_block(OuterOp<Op>{op}, src, dst, m, seq);
+  apply_block(op, src, dst, m, seq);
+}
 
 // One body for both widths (a macro: each copy is compiled under its own
 // function's target attribute). The last elements (fewer than LANES) go
@@ -447,15 +457,7 @@ __attribute__((always_inline)) inline void apply_block(const Op& op, const float
           }                                                                                 \
         }(in, src[k++]),                                                                    \
         ...);                                                                               \
-    if constexpr (kTable) {                                                                 \
-      if (table) {                                                                          \
-        apply_block(OuterOp<Op>{op}, src, dst, m, std::index_sequence_for<In...>{});        \
-      } else {                                                                              \
-        apply_block(op, src, dst, m, std::index_sequence_for<In...>{});                     \
-      }                                                                                     \
-    } else {                                                                                \
-      apply_block(op, src, dst, m, std::index_sequence_for<In...>{});                       \
-    }                                                                                       \
+    apply_block_of(op, table != nullptr, src, dst, m, std::index_sequence_for<In...>{});    \
     for (std::int64_t j = 0; j < m; j += (LANES)) FROM_FLOATS(dst + j, out + i + j);        \
     i += m;                                                                                 \
   }                                                                                         \
@@ -480,8 +482,9 @@ TIERKIT_16_AVX512BF16 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLE
 #undef TIERKIT_16_BLOCKS
 
 // Streaming (non-temporal) stores for float and double: the op's loop
-// writes a 4 KiB block on the stack (vectorized as map_contiguous_avx2's),
-// whose lines then go to `out` with _mm256_stream_si256, around the cache.
+// writes a 256-byte block on the stack (vectorized as map_contiguous_avx2's),
+// whose lines then go to `out` with 256-bit (AVX2) or 512-bit (AVX-512)
+// streams, around the cache.
 // An ordinary store first reads the destination's line into the cache (a
 // read for ownership), so a kernel that writes memory moves 1.5x (unary) or
 // 1.33x (binary) the bytes it must; measured with the bench's compiled
