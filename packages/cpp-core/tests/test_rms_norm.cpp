@@ -375,4 +375,53 @@ TYPED_TEST(RmsNorm, InPlaceForward) {
   EXPECT_TRUE(same_bits(x, y));
 }
 
+// A weight that lies in an output is read as it was at the call
+// (add_rms_norm_(x, r, r[0]); the bridge's out= with weight = out[0]): the
+// same bits as with a separate copy of it, for every row, whatever the Runner.
+TYPED_TEST(RmsNorm, WeightInsideAnOutputIsReadAsCalled) {
+  using T = TypeParam;
+  const std::int64_t rows = 37, d = 33, n = rows * d;
+  const auto x = random_vec<T>(n, 40);
+  const auto res = random_vec<T>(n, 41, 3.f);
+  const auto dy = random_vec<T>(n, 42);
+  for (std::int64_t wrow : {std::int64_t{0}, rows / 2, rows - 1}) {
+    // add_rms_norm_: h written into residual, the weight residual's row wrow.
+    std::vector<T> inplace = res, y(n), y_ref(n), h_ref(n);
+    const std::vector<T> w(res.begin() + wrow * d, res.begin() + (wrow + 1) * d);
+    std::vector<C<T>> rstd(rows), rstd_ref(rows);
+    k::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, rows, d, y_ref.data(), h_ref.data(),
+                            rstd_ref.data());
+    for (std::int64_t chunk : {std::int64_t{1}, std::int64_t{5}, rows}) {
+      inplace = res;
+      k::add_rms_norm_forward(x.data(), inplace.data(), inplace.data() + wrow * d, 1e-6, rows, d, y.data(),
+                              inplace.data(), rstd.data(), ReverseChunkRunner{chunk});
+      EXPECT_TRUE(same_bits(y, y_ref)) << "row " << wrow << " chunk " << chunk;
+      EXPECT_TRUE(same_bits(inplace, h_ref)) << "row " << wrow << " chunk " << chunk;
+    }
+    // rms_norm with y = x (the bridge's out=x) and the weight x's row wrow.
+    std::vector<T> xy = x;
+    const std::vector<T> wx(x.begin() + wrow * d, x.begin() + (wrow + 1) * d);
+    k::rms_norm_forward(x.data(), wx.data(), 1e-6, rows, d, y_ref.data(), rstd_ref.data());
+    k::rms_norm_forward(xy.data(), xy.data() + wrow * d, 1e-6, rows, d, xy.data(), rstd.data(),
+                        ReverseChunkRunner{3});
+    EXPECT_TRUE(same_bits(xy, y_ref)) << "row " << wrow;
+    // rms_norm into y with the weight y's row wrow (out=out, weight=out[0]).
+    std::vector<T> yw(n);
+    std::copy(wx.begin(), wx.end(), yw.begin() + wrow * d);
+    k::rms_norm_forward(x.data(), yw.data() + wrow * d, 1e-6, rows, d, yw.data(), rstd.data(),
+                        ReverseChunkRunner{2});
+    EXPECT_TRUE(same_bits(yw, y_ref)) << "row " << wrow;
+    // backward with dx = dy in place and the weight dy's row wrow.
+    const std::vector<T> wg(dy.begin() + wrow * d, dy.begin() + (wrow + 1) * d);
+    std::vector<T> dx_ref(n), dxy = dy;
+    std::vector<C<T>> dw_ref(d), dw(d);
+    k::rms_norm_backward(dy.data(), x.data(), wg.data(), rstd_ref.data(), rows, d, dx_ref.data(),
+                         dw_ref.data());
+    k::rms_norm_backward(dxy.data(), x.data(), dxy.data() + wrow * d, rstd_ref.data(), rows, d, dxy.data(),
+                         dw.data(), ReverseChunkRunner{4});
+    EXPECT_TRUE(same_bits(dxy, dx_ref)) << "row " << wrow;
+    EXPECT_TRUE(same_bits(dw, dw_ref)) << "row " << wrow;
+  }
+}
+
 }  // namespace

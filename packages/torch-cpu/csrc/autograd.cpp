@@ -33,6 +33,7 @@
 #include "tierkit/op_table.h"
 #include "tierkit_torch/op_signatures.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <array>
 #include <memory>
@@ -232,10 +233,18 @@ void write_out(const at::Tensor& out, const F& call) {
 // The operator named `op` ("tierkit::name.out" or a writer's
 // "tierkit::name"), looked up once: `op` is one of the static names of
 // op_signatures.h, so its address identifies it.
+// A fork() while another thread holds the lookup's mutex would leave the
+// child's mutex locked forever (a DataLoader forking while a thread makes its
+// first out= call): the forking thread takes it first, as pthread_atfork's
+// handlers are meant to, so the child starts with it free and `known` whole.
+std::mutex handle_mutex;
+std::vector<std::pair<const char*, std::unique_ptr<c10::OperatorHandle>>> known_handles;
+[[maybe_unused]] const int handle_fork_handlers =
+    pthread_atfork([] { handle_mutex.lock(); }, [] { handle_mutex.unlock(); }, [] { handle_mutex.unlock(); });
+
 inline const c10::OperatorHandle& handle_of(const char* op) {
-  static std::mutex mutex;
-  static std::vector<std::pair<const char*, std::unique_ptr<c10::OperatorHandle>>> known;
-  const std::lock_guard<std::mutex> lock(mutex);
+  auto& known = known_handles;
+  const std::lock_guard<std::mutex> lock(handle_mutex);
   for (const auto& [name, handle] : known)
     if (name == op) return *handle;
   const std::string qualified(op);

@@ -24,6 +24,7 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -54,6 +55,9 @@ using AddRmsNorm = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const a
 
 bool has(const OptTensor& t) { return t && t->defined(); }
 bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
+
+// t, or a normal copy of an inference tensor (which cannot be saved for backward).
+at::Tensor saveable(const at::Tensor& t) { return t.is_inference() ? t.clone() : t; }
 
 const at::Tensor& tangent(const at::Tensor& t) {
   static const at::Tensor none;
@@ -166,8 +170,11 @@ at::Tensor rms_norm_autograd(const at::Tensor& x, const OptTensor& weight, std::
     std::tie(y, rstd) = h.call(x, weight, eps);
   }
   if (node) {
-    node->x_ = SavedVariable(x, /*is_output=*/false);
-    if (has(weight)) node->w_ = SavedVariable(*weight, /*is_output=*/false);
+    // An inference tensor cannot be saved for backward; aten's F.rms_norm
+    // still differentiates an inference x against a weight that requires
+    // grad (and the reverse), so such an argument is saved as a normal copy.
+    node->x_ = SavedVariable(saveable(x), /*is_output=*/false);
+    if (has(weight)) node->w_ = SavedVariable(saveable(*weight), /*is_output=*/false);
     node->rstd_ = SavedVariable(rstd, /*is_output=*/false);
     torch::autograd::set_history(y, node);
   }
@@ -221,12 +228,21 @@ at::Tensor add_rms_norm__autograd(const at::Tensor& x, const at::Tensor& residua
 
 // The building blocks are called below autograd by the kernels above; a
 // direct call that needs a derivative is refused rather than silently cut.
+// Every tensor argument counts: a weight or rstd that requires grad would
+// otherwise get outputs that silently do not. (Tangents are not refused
+// here: torch.func's jacfwd over rms_norm's graph reaches these kernels
+// with its own tangents, legitimately.)
+void refuse_derivatives(const char* what, std::initializer_list<const at::Tensor*> args) {
+  if (!c10::GradMode::is_enabled()) return;
+  for (const at::Tensor* t : args) TORCH_CHECK(!(t && t->defined() && t->requires_grad()), what);
+}
+
 std::tuple<at::Tensor, at::Tensor> rms_norm_forward_autograd(const at::Tensor& x, const OptTensor& weight,
                                                              double eps) {
-  TORCH_CHECK(
-      !(c10::GradMode::is_enabled() && (requires_grad(x) || (has(weight) && requires_grad(*weight)))),
-      "tierkit::_rms_norm_forward: not differentiable (a building block of tierkit::rms_norm's autograd); "
-      "call tierkit::rms_norm");
+  refuse_derivatives(
+      "tierkit::_rms_norm_forward: not differentiable (a building block of tierkit::rms_norm's autograd; an "
+      "argument requires grad); call tierkit::rms_norm",
+      {&x, has(weight) ? &*weight : nullptr});
   static const auto h = op<Forward>("tierkit::_rms_norm_forward");
   at::AutoDispatchBelowADInplaceOrView below;
   return h.call(x, weight, eps);
@@ -235,10 +251,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_forward_autograd(const at::Tensor& x
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward_autograd(const at::Tensor& grad, const at::Tensor& x,
                                                               const OptTensor& weight,
                                                               const at::Tensor& rstd) {
-  TORCH_CHECK(
-      !(c10::GradMode::is_enabled() && (requires_grad(grad) || requires_grad(x))),
-      "tierkit::_rms_norm_backward: not differentiable (tierkit::rms_norm's double backward uses aten's "
-      "ops instead)");
+  refuse_derivatives(
+      "tierkit::_rms_norm_backward: not differentiable (an argument requires grad; tierkit::rms_norm's "
+      "double backward uses aten's ops instead)",
+      {&grad, &x, has(weight) ? &*weight : nullptr, &rstd});
   static const auto h = op<Backward>("tierkit::_rms_norm_backward");
   at::AutoDispatchBelowADInplaceOrView below;
   return h.call(grad, x, weight, rstd);

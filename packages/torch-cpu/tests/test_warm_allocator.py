@@ -4,6 +4,7 @@ allocator and go back to it when they die, and they stay ordinary tensors."""
 
 import io
 import multiprocessing
+import os
 import pickle
 import subprocess
 import sys
@@ -174,27 +175,55 @@ def test_threads_share_the_cache_consistently():
 
 
 FORK_CHILD = r"""
-import os, threading, torch, tierkit_torch
+import os, signal, threading, torch, tierkit_torch
 a = torch.rand(1 << 20)
+h = torch.rand(1 << 16).bfloat16()
+o = torch.empty(1 << 16)
 stop = False
 def churn():  # another thread allocating and freeing while we fork
+    # Its first calls are the process's first bfloat16 silu_mul (the 16-bit
+    # table) and first out= call (the schema lookup): a fork during a lazily
+    # built static left the child waiting on its guard forever; they are
+    # built at load now.
     while not stop:
+        torch.ops.tierkit.silu_mul(h, h)
+        torch.ops.tierkit.add_out(o, o, o)
         torch.ops.tierkit.custom_add(a, a)
 t = threading.Thread(target=churn); t.start()
 for _ in range(20):
     pid = os.fork()
     if pid == 0:
+        signal.alarm(60)  # a hang fails this child (SIGALRM) instead of the whole test's timeout
+        # As DataLoader's workers do: OpenMP (libgomp) does not survive a fork
+        # while another thread is inside a parallel region; the child's first
+        # parallel op then waits forever in gomp_team_barrier_wait_end (seen
+        # in gdb, 1 child in about 20 with the churn below).
+        torch.set_num_threads(1)
         ok = torch.equal(torch.ops.tierkit.custom_add(a, a), a + a)
+        ok = ok and torch.equal(torch.ops.tierkit.silu_mul(h, h), torch.ops.tierkit.silu_mul(h, h))
         os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, status
+    assert os.waitstatus_to_exitcode(status) == 0, f"child: {os.waitstatus_to_exitcode(status)}"
 stop = True; t.join()
 print("ok")
 """
 
+# The child used to wait forever by chance (one of two `sanitize` runs on a
+# Zen 3 host): OpenMP after fork() (above) and, before this round, a fork
+# during a lazily built static of tierkit's (built at load now). Under
+# AddressSanitizer a third wait remains that is not tierkit's: compiler-rt
+# says forking with other threads running is unsupported (its
+# fork_threaded.c test), and gcc 12's runtime locks its allocator around
+# fork() but not the rest of its state (the stack depot every malloc
+# records into, the thread registry), which newer runtimes lock in
+# __asan::InstallAtForkHandler. Under ASan the test would test the runtime,
+# by chance, so it is left to the ordinary run.
+UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
 
+
+@pytest.mark.skipif(UNDER_ASAN, reason="ASan's allocator is not fork-safe with other threads allocating")
 def test_fork_while_another_thread_allocates():
-    proc = subprocess.run([sys.executable, "-c", FORK_CHILD], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", FORK_CHILD], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 

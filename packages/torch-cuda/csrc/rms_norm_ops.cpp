@@ -143,7 +143,7 @@ at::Tensor add_rms_norm__cuda(const at::Tensor& x, const at::Tensor& residual, c
                               std::optional<double> eps) {
   const char* op = "tierkit::add_rms_norm_";
   tierkit_torch::check_in_place_residual(op, x, residual);
-  return add_forward(op, x, residual, weight, eps, residual);
+  return add_forward(op, x, residual, tierkit_torch::weight_as_called(weight, residual), eps, residual);
 }
 
 }  // namespace

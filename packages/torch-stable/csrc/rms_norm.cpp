@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "stable_tensor.h"
+#include "tierkit/checks.h"
 #include "tierkit/rms_norm.h"
 
 namespace tierkit_stable {
@@ -199,7 +200,10 @@ std::tuple<Tensor, Tensor> add_rms_norm(Tensor x, Tensor residual, OptTensor wei
 // Overlap rules of an in-place residual (aten's has_internal_overlap and
 // get_overlap_status are not in the stable API): a residual whose elements
 // share addresses (an expanded tensor: a stride of 0 over a size > 1) is
-// refused, and so is one that shares memory with x without being x exactly.
+// refused, and so is one that shares an element with x without being x
+// exactly. Core's rule decides (tierkit/checks.h, the one the pointwise
+// ops' out= follows), so interleaved views (x = base[:, ::2], residual =
+// base[:, 1::2]) are computed, as tierkit:: computes them.
 void check_residual_overlap(const char* op, const Tensor& x, const Tensor& residual) {
   const auto sizes = sizes_of(residual), strides = strides_of(residual);
   for (std::size_t i = 0; i < sizes.size(); ++i)
@@ -216,13 +220,19 @@ void check_residual_overlap(const char* op, const Tensor& x, const Tensor& resid
   };
   const auto [x0, x1] = span(x);
   const auto [r0, r1] = span(residual);
-  const bool same = x0 == r0 && sizes_of(x) == sizes_of(residual) && strides_of(x) == strides_of(residual);
-  if (x0 < r1 && r0 < x1 && !same) fail(op, "residual: partially overlaps x");
+  if (!(x0 < r1 && r0 < x1)) return;  // apart
+  // Deeper than core's views: the byte spans decide (a refusal at worst).
+  const bool shared = x.dim() > tierkit::kMaxRank || residual.dim() > tierkit::kMaxRank ||
+                      (!tierkit::checks::same_layout(as_view(residual), as_view(x)) &&
+                       tierkit::checks::shares_other_element(as_view(residual), as_view(x)));
+  if (shared) fail(op, "residual: partially overlaps x");
 }
 
 Tensor add_rms_norm_(Tensor x, Tensor residual, OptTensor weight, std::optional<double> eps) {
   const char* op = "tierkit_stable::add_rms_norm_";
   check_defined(op, residual, "residual");
+  check_rows(op, x, weight);  // dtypes and shapes first: the overlap rule reads them
+  check_like(op, residual, "residual", x, "x");
   check_residual_overlap(op, x, residual);
   return add_forward(op, x, residual, weight, eps, residual);
 }

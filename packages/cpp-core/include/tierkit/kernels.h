@@ -24,6 +24,7 @@
 #include "tierkit/checks.h"
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
+#include "tierkit/op_table.h"
 #include "tierkit/parallel.h"
 #include "tierkit/view.h"
 #include "tierkit/vmath.h"
@@ -130,12 +131,14 @@ struct compute_bound<Op, std::void_t<decltype(Op::kComputeBound)>> : std::bool_c
 // `static C inner(C a)` and `C outer(C inner_a, C rest...) const`, with
 // operator() == outer(inner(a), rest...). A 16-bit a has only 65536
 // values, so the vector loops over 16-bit storage gather inner(a) from a
-// table of all of them (inner_table, built on first use, 256 KiB for each
+// table of all of them (inner_table, built at load, 256 KiB for each
 // type and op: in each shared library that includes these headers with
 // hidden visibility, once a process where they are exported) and compute
 // only outer. The table holds the functor's own float results, computed in
 // the IEEE default mode, so the bits are the computed ones (the scalar tails
-// and the strided loops compute); a caller in another mode (flush-to-zero or
+// and the strided loops compute), but for the sign and payload of a NaN made
+// from two NaN operands, which IEEE 754 leaves unspecified and the loops'
+// operand orders differ in (tested: a NaN at every position); a caller in another mode (flush-to-zero or
 // denormals-are-zero, torch.set_flush_denormal; another rounding) gets the
 // computed loop, which follows it. Measured on one Intel Xeon (Sapphire Rapids)
 // core, silu_mul over 2^16 in-cache randn elements, computed vs table side
@@ -630,6 +633,40 @@ const float* inner_table() {
   }();
   return table;
 }
+
+// Every lazily built static above, built while the library that includes
+// this header loads (an inline variable's initializer runs then, in every
+// shared object with a copy), not on first use: a fork() while another
+// thread is inside a first use (a DataLoader forking its workers while a
+// thread runs its first bfloat16 silu_mul) would leave the child waiting
+// forever on that static's guard. About 1 ms at load: the CPU queries, the
+// environment, and the 16-bit tables of every op of the op table that has
+// an inner part (two of 256 KiB each).
+#ifdef TIERKIT_SIMD_DISPATCH
+template <typename Op>
+void build_inner_tables() {
+  if constexpr (has_inner<Op>::value) {
+    (void)inner_table<Half, Op>();
+    (void)inner_table<BFloat16, Op>();
+  }
+}
+inline bool build_statics_at_load() {
+  (void)detail::simd_level();
+  (void)detail::cpu_has_16bit_simd();
+  (void)detail::cpu_has_avx512bf16();
+  (void)streaming_threshold();
+#define TIERKIT_BUILD_TABLES(name, Functor, n_tensors, n_scalars) build_inner_tables<Functor##Op<float>>();
+  TIERKIT_POINTWISE_OPS(TIERKIT_BUILD_TABLES)
+#undef TIERKIT_BUILD_TABLES
+  return true;
+}
+#else
+inline bool build_statics_at_load() {
+  (void)streaming_threshold();
+  return true;
+}
+#endif
+inline const bool kStaticsBuiltAtLoad = build_statics_at_load();
 #undef TIERKIT_AVX2
 #undef TIERKIT_AVX512
 

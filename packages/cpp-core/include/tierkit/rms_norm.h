@@ -35,8 +35,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #include "tierkit/dtype.h"
 #include "tierkit/kernels.h"
@@ -539,38 +541,91 @@ inline std::int64_t rms_row_grain(std::int64_t d) {
   return std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, d));
 }
 
+// Whether the byte spans [a, a + an) and [b, b + bn) share a byte.
+inline bool spans_meet(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
+  return an > 0 && bn > 0 && pa < pb + bn && pb < pa + an;
+}
+
+// The weight as every row reads it: the values it had at the call. Rows
+// run in parallel and each writes its own outputs, so a weight that lies in
+// an output (add_rms_norm_(x, r, r[0]); the bridge's out= with weight =
+// out[0]) would be read rewritten by later rows and other threads: such a
+// weight is copied first (d elements, beside rows * d of work).
+template <typename T>
+class WeightAsCalled {
+ public:
+  // `outputs`: the {pointer, bytes} spans the kernel writes.
+  WeightAsCalled(const T* w, std::int64_t d,
+                 std::initializer_list<std::pair<const void*, std::size_t>> outputs)
+      : w_(w) {
+    if (!w || d <= 0) return;
+    const std::size_t bytes = static_cast<std::size_t>(d) * sizeof(T);
+    for (const auto& o : outputs) {
+      if (!spans_meet(w, bytes, o.first, o.second)) continue;
+      copy_.reset(new T[static_cast<std::size_t>(d)]);
+      std::copy(w, w + d, copy_.get());
+      w_ = copy_.get();
+      return;
+    }
+  }
+  const T* get() const { return w_; }
+
+ private:
+  const T* w_;
+  std::unique_ptr<T[]> copy_;
+};
+
+template <typename T>
+std::size_t span_bytes(std::int64_t rows, std::int64_t d) {
+  return rows > 0 && d > 0 ? static_cast<std::size_t>(rows) * static_cast<std::size_t>(d) * sizeof(T) : 0;
+}
+
 }  // namespace detail
 
 // y = rms_norm(x) * w over rows of d; rstd[rows] saved for backward. w may
-// be null (no weight); y may be x exactly.
+// be null (no weight); y may be x exactly; w may lie anywhere (it is read as
+// it was at the call, even where it lies in y or rstd).
 template <typename T, typename Runner = PoolRunner>
-void rms_norm_forward(const T* x, const T* w, double eps, std::int64_t rows, std::int64_t d, T* y,
+void rms_norm_forward(const T* x, const T* w_in, double eps, std::int64_t rows, std::int64_t d, T* y,
                       compute_t<T>* rstd, const Runner& run = {}) {
   using C = compute_t<T>;
   const C e = static_cast<C>(eps);
+  const detail::WeightAsCalled<T> weight(
+      w_in, d, {{y, detail::span_bytes<T>(rows, d)}, {rstd, detail::span_bytes<C>(rows, 1)}});
+  const T* w = weight.get();
   run(rows, detail::rms_row_grain(d),
       [&](std::int64_t lo, std::int64_t hi) { detail::rms_forward_rows<T>(x, w, e, d, lo, hi, y, rstd); });
 }
 
 // h = x + residual rounded to T (h_out may be residual exactly), then
 // y = rms_norm(h) * w and rstd as rms_norm_forward gives for h: one pass
-// over x and residual per row.
+// over x and residual per row. w may lie anywhere, h_out included (it is
+// read as it was at the call).
 template <typename T, typename Runner = PoolRunner>
-void add_rms_norm_forward(const T* x, const T* residual, const T* w, double eps, std::int64_t rows,
+void add_rms_norm_forward(const T* x, const T* residual, const T* w_in, double eps, std::int64_t rows,
                           std::int64_t d, T* y, T* h_out, compute_t<T>* rstd, const Runner& run = {}) {
   using C = compute_t<T>;
   const C e = static_cast<C>(eps);
+  const std::size_t out_bytes = detail::span_bytes<T>(rows, d);
+  const detail::WeightAsCalled<T> weight(
+      w_in, d, {{y, out_bytes}, {h_out, out_bytes}, {rstd, detail::span_bytes<C>(rows, 1)}});
+  const T* w = weight.get();
   run(rows, detail::rms_row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
     detail::rms_add_forward_rows<T>(x, residual, w, e, d, lo, hi, y, h_out, rstd);
   });
 }
 
 // dx (nullable; may be dy or x exactly) and dw (nullable, [d], overwritten,
-// in compute_t<T>) of y = rms_norm(x) * w, from rms_norm_forward's rstd.
+// in compute_t<T>) of y = rms_norm(x) * w, from rms_norm_forward's rstd; w
+// may lie in dx or dw (it is read as it was at the call).
 template <typename T, typename Runner = PoolRunner>
-void rms_norm_backward(const T* dy, const T* x, const T* w, const compute_t<T>* rstd, std::int64_t rows,
+void rms_norm_backward(const T* dy, const T* x, const T* w_in, const compute_t<T>* rstd, std::int64_t rows,
                        std::int64_t d, T* dx, compute_t<T>* dw, const Runner& run = {}) {
   using C = compute_t<T>;
+  const detail::WeightAsCalled<T> weight(
+      w_in, d, {{dx, dx ? detail::span_bytes<T>(rows, d) : 0}, {dw, dw ? detail::span_bytes<C>(1, d) : 0}});
+  const T* w = weight.get();
   if (!dw) {
     if (!dx) return;
     run(rows, detail::rms_row_grain(d), [&](std::int64_t lo, std::int64_t hi) {

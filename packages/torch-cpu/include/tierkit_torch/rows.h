@@ -5,6 +5,7 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/InferenceMode.h>
 
 #include <limits>
 #include <optional>
@@ -41,11 +42,27 @@ inline void check_rows(const char* op, const at::Tensor& x, const std::optional<
 // elements share an address, or when it partly overlaps x (exactly x is fine:
 // each element is read before it is written).
 inline void check_in_place_residual(const char* op, const at::Tensor& x, const at::Tensor& residual) {
+  // aten's in-place ops raise this outside inference mode (r.add_(x)): the
+  // write would change a tensor autograd treats as never changing.
+  TORCH_CHECK(!residual.is_inference() || c10::InferenceMode::is_enabled(), op,
+              ": residual: Inplace update to inference tensor outside InferenceMode is not allowed (an "
+              "inference tensor); make a normal copy with residual.clone() outside InferenceMode first");
   TORCH_CHECK(
       at::has_internal_overlap(residual) != at::MemOverlap::Yes, op,
       ": residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
   TORCH_CHECK(at::get_overlap_status(residual, x) != at::MemOverlapStatus::Partial, op,
               ": residual: partially overlaps x");
+}
+
+// The weight as every row reads it: the values it had at the call. A weight
+// that shares memory with `written` (add_rms_norm_(x, r, r[0])) is copied
+// first; the CUDA kernels' blocks would otherwise read it while other rows
+// rewrite it. (The CPU kernels go through core, which makes the same copy.)
+inline std::optional<at::Tensor> weight_as_called(const std::optional<at::Tensor>& weight,
+                                                  const at::Tensor& written) {
+  if (!weight || !weight->defined()) return weight;
+  if (at::get_overlap_status(*weight, written) == at::MemOverlapStatus::No) return weight;
+  return weight->clone(at::MemoryFormat::Contiguous);
 }
 
 // x's rows (every leading dim) and their length d (the last dim), for the kernels.

@@ -171,45 +171,78 @@ def _functional_kernel(name: str, fn: type[torch.autograd.Function], n_tensors: 
     return kernel
 
 
-def _refuse_autodiff(op: str, tensors: tuple) -> None:
+def _refuse_autodiff(op: str, tensors: tuple, arg: str = "out") -> None:
     needed = _derivative_needed(tensors)
     if needed == "grad":
         raise RuntimeError(
-            f"{op}: writes into `out` and does not support automatic differentiation (an argument requires "
+            f"{op}: writes into `{arg}` and does not support automatic differentiation (an argument requires "
             "grad); use the functional overload, or call it under torch.no_grad()"
         )
     if needed == "tangent":
         raise RuntimeError(
-            f"{op}: writes into `out` and does not support forward-mode AD (an argument carries a tangent); "
+            f"{op}: writes into `{arg}` and does not support forward-mode AD (an argument carries a tangent); "
             "use the functional overload"
         )
 
 
-def _out_kernel(name: str, overload: str) -> Callable[..., Any]:
-    op = getattr(getattr(_ops, name), overload)
-    qualified = f"tierkit_stable::{name}" + ("" if overload == "default" else f".{overload}")
+def refuse_inference_write(qualified: str, arg: str, t: Any) -> None:
+    """What torch's ADInplaceOrView kernels say when an op would write an
+    inference tensor outside inference mode (r.add_(x) raises it)."""
+    if isinstance(t, torch.Tensor) and t.is_inference() and not torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            f"{qualified}: {arg}: Inplace update to inference tensor outside InferenceMode is not allowed. "
+            "You can make a clone to get a normal tensor before doing inplace update."
+        )
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        out = kwargs.get("out", args[-1])
-        _refuse_autodiff(qualified, (*(a for a in args if isinstance(a, torch.Tensor)), out))
-        if isinstance(out, torch.Tensor) and out.is_inference() and not torch.is_inference_mode_enabled():
-            # What torch's ADInplaceOrView kernel says for its own ops (the
-            # stable tier registers none there).
-            raise RuntimeError(
-                f"{qualified}: out: Inplace update to inference tensor outside InferenceMode is not allowed. "
-                "You can make a clone to get a normal tensor before doing inplace update."
-            )
-        with torch._C._AutoDispatchBelowAutograd():
+
+def in_place_kernels(
+    op: Any, qualified: str, arg: str, written: Callable[..., Any]
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The Autograd and ADInplaceOrView kernels of an op that writes into its
+    argument `arg` (`written(*args, **kwargs)` picks it out). The Autograd
+    kernel refuses derivatives and inference tensors, runs the op below
+    ADInplaceOrView and bumps the version. When every argument is an
+    inference tensor, dispatch skips Autograd (inference tensors carry no
+    autograd key) but not ADInplaceOrView outside inference mode: the second
+    kernel refuses there, as aten's do, and costs nothing on other calls."""
+    below_view = torch._C._AutoDispatchBelowADInplaceOrView
+
+    def autograd_kernel(*args: Any, **kwargs: Any) -> Any:
+        out = written(*args, **kwargs)
+        _refuse_autodiff(qualified, (*(a for a in args if isinstance(a, torch.Tensor)), out), arg)
+        refuse_inference_write(qualified, arg, out)
+        with below_view():
             result = op(*args, **kwargs)
         torch.autograd.graph.increment_version(out)
         return result
 
-    return kernel
+    def view_kernel(*args: Any, **kwargs: Any) -> Any:
+        out = written(*args, **kwargs)
+        refuse_inference_write(qualified, arg, out)
+        with below_view():
+            result = op(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and not out.is_inference():
+            torch.autograd.graph.increment_version(out)
+        return result
+
+    return autograd_kernel, view_kernel
+
+
+def _out_kernels(name: str, overload: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    op = getattr(getattr(_ops, name), overload)
+    qualified = f"tierkit_stable::{name}" + ("" if overload == "default" else f".{overload}")
+    return in_place_kernels(op, qualified, "out", lambda *args, **kwargs: kwargs.get("out", args[-1]))
 
 
 def register(lib: torch.library.Library) -> None:
     for name, (fn, n_tensors) in FUNCTIONS.items():
         lib.impl(name, _functional_kernel(name, fn, n_tensors), "Autograd")
-        lib.impl(f"{name}.out", _out_kernel(name, "out"), "Autograd")
+        _impl_in_place(lib, f"{name}.out", _out_kernels(name, "out"))
     for writer in OUT_WRITERS:
-        lib.impl(writer.name, _out_kernel(writer.name, "default"), "Autograd")
+        _impl_in_place(lib, writer.name, _out_kernels(writer.name, "default"))
+
+
+def _impl_in_place(lib: torch.library.Library, name: str, kernels: tuple) -> None:
+    autograd_kernel, view_kernel = kernels
+    lib.impl(name, autograd_kernel, "Autograd")
+    lib.impl(name, view_kernel, "ADInplaceOrView")

@@ -17,7 +17,7 @@ import torch
 from tierkit_torch_common.fake import row_reduction_checks
 from tierkit_torch_common.norms import register_row_reduction_vmap, row_reduction_faces
 
-from ._autograd import _derivative_needed
+from ._autograd import _derivative_needed, in_place_kernels
 
 _ops = torch.ops.tierkit_stable
 
@@ -50,6 +50,10 @@ def _composite_backward(grad, x, w, eps):
     return dx, dw
 
 
+def _saveable(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t.clone() if t is not None and t.is_inference() else t
+
+
 class RmsNormFunction(torch.autograd.Function):
     # forward(ctx, ...) rather than setup_context: it runs inside a dispatcher
     # kernel (see _autograd._function).
@@ -58,6 +62,10 @@ class RmsNormFunction(torch.autograd.Function):
         e = _default_eps(x, eps)
         with torch._C._AutoDispatchBelowAutograd():
             y, rstd = _ops._rms_norm_forward.default(x, weight, e)
+        # An inference tensor cannot be saved for backward; aten's F.rms_norm
+        # still differentiates an inference x against a weight that requires
+        # grad (and the reverse), so such an argument is saved as a normal copy.
+        x, weight = _saveable(x), _saveable(weight)
         ctx.save_for_backward(x, weight, rstd)
         ctx.save_for_forward(x, weight)
         ctx.eps = e
@@ -145,40 +153,36 @@ def _add_rms_norm_autograd(x, residual, weight=None, eps=None):
     return _ops.rms_norm.default(h, weight, eps), h
 
 
-def _add_rms_norm__autograd(x, residual, weight=None, eps=None):
-    name = "tierkit_stable::add_rms_norm_"
-    needed = _derivative_needed(_tensors(x, residual, weight))
-    if needed == "grad":
-        raise RuntimeError(
-            f"{name}: writes into `residual` and does not support automatic differentiation (an argument "
-            "requires grad); use tierkit_stable::add_rms_norm, or call it under torch.no_grad()"
-        )
-    if needed == "tangent":
-        raise RuntimeError(
-            f"{name}: writes into `residual` and does not support forward-mode AD (an argument carries a "
-            "tangent); use tierkit_stable::add_rms_norm"
-        )
-    with torch._C._AutoDispatchBelowAutograd():
-        y = _ops.add_rms_norm_.default(x, residual, weight, eps)
-    torch.autograd.graph.increment_version(residual)
-    return y
+def _add_rms_norm__kernels() -> tuple:
+    """add_rms_norm_'s Autograd and ADInplaceOrView kernels: it writes into
+    `residual` (refused when it needs a derivative, or is an inference tensor
+    outside inference mode, as the .out overloads are)."""
+    return in_place_kernels(
+        _ops.add_rms_norm_.default,
+        "tierkit_stable::add_rms_norm_",
+        "residual",
+        lambda x, residual, *rest, **kwargs: residual,
+    )
 
 
 def _forward_autograd(x, weight, eps):
-    if torch.is_grad_enabled() and any(t.requires_grad for t in _tensors(x, weight)):
+    # Every tensor argument counts: one that requires grad (or carries a
+    # tangent) would otherwise get outputs that silently do not.
+    if _derivative_needed(_tensors(x, weight)) is not None:
         raise RuntimeError(
             "tierkit_stable::_rms_norm_forward: not differentiable (a building block of "
-            "tierkit_stable::rms_norm's autograd); call tierkit_stable::rms_norm"
+            "tierkit_stable::rms_norm's autograd; an argument requires grad or carries a tangent); call "
+            "tierkit_stable::rms_norm"
         )
     with torch._C._AutoDispatchBelowAutograd():
         return _ops._rms_norm_forward.default(x, weight, eps)
 
 
 def _backward_autograd(grad, x, weight, rstd):
-    if torch.is_grad_enabled() and any(t.requires_grad for t in _tensors(grad, x)):
+    if _derivative_needed(_tensors(grad, x, weight, rstd)) is not None:
         raise RuntimeError(
-            "tierkit_stable::_rms_norm_backward: not differentiable (tierkit_stable::rms_norm's double "
-            "backward uses aten's ops instead)"
+            "tierkit_stable::_rms_norm_backward: not differentiable (an argument requires grad or carries a "
+            "tangent; tierkit_stable::rms_norm's double backward uses aten's ops instead)"
         )
     with torch._C._AutoDispatchBelowAutograd():
         return _ops._rms_norm_backward.default(grad, x, weight, rstd)
@@ -187,7 +191,9 @@ def _backward_autograd(grad, x, weight, rstd):
 def register(lib: torch.library.Library) -> None:
     lib.impl("rms_norm", _rms_norm_autograd, "Autograd")
     lib.impl("add_rms_norm", _add_rms_norm_autograd, "Autograd")
-    lib.impl("add_rms_norm_", _add_rms_norm__autograd, "Autograd")
+    add_autograd, add_view = _add_rms_norm__kernels()
+    lib.impl("add_rms_norm_", add_autograd, "Autograd")
+    lib.impl("add_rms_norm_", add_view, "ADInplaceOrView")
     lib.impl("_rms_norm_forward", _forward_autograd, "Autograd")
     lib.impl("_rms_norm_backward", _backward_autograd, "Autograd")
     register_row_reduction_vmap(torch, "tierkit_stable")
