@@ -93,8 +93,16 @@ DType dtype_from_dlpack(const DLDataType& t, const char* name) {
     if (const auto* d = tierkit::dtype_from_dlpack(t.code, t.bits)) return d->dtype;
   }
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-  const std::string code = t.code < 7 ? codes[t.code] : std::to_string(t.code);
-  const std::string bits = t.code == 6 && t.bits == 8 ? "" : std::to_string(t.bits);  // numpy's "bool"
+  // DLPack 1.1's narrow floats, named as torch and ml_dtypes name them (the
+  // name carries the width, so no bits are appended).
+  static const char* narrow[] = {"float8_e3m4",     "float8_e4m3",   "float8_e4m3b11fnuz", "float8_e4m3fn",
+                                 "float8_e4m3fnuz", "float8_e5m2",   "float8_e5m2fnuz",    "float8_e8m0fnu",
+                                 "float6_e2m3fn",   "float6_e3m2fn", "float4_e2m1fn"};
+  const bool is_narrow = t.code >= 7 && t.code < 7 + sizeof(narrow) / sizeof(narrow[0]);
+  const std::string code = t.code < 7  ? codes[t.code]
+                           : is_narrow ? narrow[t.code - 7]
+                                       : "code " + std::to_string(t.code) + " of ";
+  const std::string bits = (t.code == 6 && t.bits == 8) || is_narrow ? "" : std::to_string(t.bits);
   throw py::type_error(std::string(name) + ": unsupported element type " + code + bits +
                        (t.lanes != 1 ? "x" + std::to_string(t.lanes) : "") +
                        " from DLPack; accepted: " + tierkit::accepted_dtype_names());
@@ -287,6 +295,22 @@ bool truth(PyObject* value) {
   return t != 0;
 }
 
+// o.attr (called, if `call`) as a truth, or false where o has no such
+// attribute: the exchange table is DLPack's, shipped by producers that are
+// not torch (tvm-ffi, Paddle) and have no requires_grad or is_neg.
+bool optional_truth(PyObject* o, PyObject* attr, bool call) {
+  PyObject* value = PyObject_GetAttr(o, attr);
+  if (!value) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw py::error_already_set();
+    PyErr_Clear();
+    return false;
+  }
+  if (!call) return truth(value);
+  PyObject* result = PyObject_CallNoArgs(value);
+  Py_DECREF(value);
+  return truth(result);
+}
+
 }  // namespace
 
 // The C exchange path, for the common case: a tensor without grad, without
@@ -300,8 +324,8 @@ std::optional<ArrayArg> ArrayArg::borrow_exchanged(const py::handle& obj, const 
   if (!api) return std::nullopt;
   PyObject* o = obj.ptr();
   const TensorNames& n = tensor_names();
-  if (truth(PyObject_GetAttr(o, n.requires_grad)) || truth(PyObject_CallMethodNoArgs(o, n.is_neg)) ||
-      (writable && truth(PyObject_CallMethodNoArgs(o, n.is_inference))))
+  if (optional_truth(o, n.requires_grad, false) || optional_truth(o, n.is_neg, true) ||
+      (writable && optional_truth(o, n.is_inference, true)))
     return std::nullopt;
   // A producer's refusal (a sparse layout...) is left to from(), whose
   // message names the argument.
@@ -311,7 +335,7 @@ std::optional<ArrayArg> ArrayArg::borrow_exchanged(const py::handle& obj, const 
       PyErr_Clear();
       return std::nullopt;
     }
-    if (t.dtype.code == kDLComplex && truth(PyObject_CallMethodNoArgs(o, n.is_conj))) return std::nullopt;
+    if (t.dtype.code == kDLComplex && optional_truth(o, n.is_conj, true)) return std::nullopt;
     return from_dltensor(t, nullptr, false, name);
   }
   DLManagedTensorVersioned* m = nullptr;
@@ -323,7 +347,7 @@ std::optional<ArrayArg> ArrayArg::borrow_exchanged(const py::handle& obj, const 
     if (m->deleter) m->deleter(m);
   });
   if (m->version.major != dlpack::kMajor ||
-      (m->dl_tensor.dtype.code == kDLComplex && truth(PyObject_CallMethodNoArgs(o, n.is_conj))))
+      (m->dl_tensor.dtype.code == kDLComplex && optional_truth(o, n.is_conj, true)))
     return std::nullopt;
   const bool readonly = (m->flags & dlpack::kFlagReadOnly) != 0;
   if (writable && readonly) {
@@ -463,7 +487,17 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
       return from(obj.attr((std::string("resolve_") + bit).c_str())(), name, writable);
     }
     if (py::hasattr(obj, "__dlpack_device__")) {
-      const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+      std::pair<int, int> dev;
+      try {
+        dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+      } catch (py::error_already_set& e) {
+        // A device DLPack has no code for (torch's meta tensors: "Unknown
+        // device type meta for Dlpack"): the argument named, its device too.
+        const std::string where = py::hasattr(obj, "device") ? py::str(obj.attr("device")).cast<std::string>()
+                                                             : std::string("(unknown)");
+        throw py::value_error(std::string(name) + ": expected CPU memory, got a tensor on device " + where +
+                              ", which DLPack cannot describe (" + e.what() + ")");
+      }
       if (dev.first != kDLCPU && dev.first != kDLCUDAHost) {
         throw py::value_error(std::string(name) + ": expected CPU memory, got DLPack device (" +
                               std::to_string(dev.first) + ", " + std::to_string(dev.second) +

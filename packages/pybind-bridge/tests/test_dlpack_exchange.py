@@ -149,3 +149,28 @@ def test_more_tensor_types_than_the_cache_holds(no_capsules):
         out = torch.empty(3)
         tb.add(x.as_subclass(sub), x, out=out)
         assert torch.equal(out, 2 * x), sub
+
+
+def test_a_producer_that_is_not_torch_goes_through_the_table():
+    # The table is DLPack's: tvm-ffi's and Paddle's tensors ship one but have
+    # none of torch's attributes (requires_grad, is_neg...); their absence
+    # means "nothing to resolve", not an AttributeError.
+    class Foreign(torch.Tensor):
+        def __getattribute__(self, name):
+            if name in ("requires_grad", "is_neg", "is_conj", "is_inference"):
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    x = torch.arange(4.0).as_subclass(Foreign)
+    out = torch.empty(4)
+    tb.add(x, x, out=out)
+    assert torch.equal(out, 2 * torch.arange(4.0))
+
+
+def test_tensors_the_bridge_cannot_read_are_named_with_their_argument():
+    meta = torch.empty(3, device="meta")
+    with pytest.raises(ValueError, match=r"^a: expected CPU memory, got a tensor on device meta"):
+        tb.add(meta, meta)
+    f8 = torch.zeros(3, dtype=torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"^a: unsupported element type float8_e4m3fn from DLPack"):
+        tb.add(f8, f8)

@@ -54,14 +54,14 @@ void run_flat(const std::array<at::Tensor, N>& t, const Kernel& kernel, std::ind
 // strides, which core holds up to kMaxRank dims, so deeper operands go
 // through contiguous copies (rare).
 template <std::size_t N, typename Kernel>
-void run_views(std::array<at::Tensor, N> t, const Kernel& kernel) {
+void run_views(const char* op, std::array<at::Tensor, N> t, const Kernel& kernel) {
   // One pass over all operands (each one's density computed once).
   const bool flat = std::apply([](const auto&... x) { return same_dense_layout({&x...}); }, t);
   if (flat) return run_flat(t, kernel, std::make_index_sequence<N - 1>{});
   const auto each = [&](auto view_of) {
     std::array<tierkit::TensorView, N> v;
     for (std::size_t i = 0; i < N; ++i) v[i] = view_of(t[i]);
-    kernel.views(v);
+    core_check(op, [&] { kernel.views(v); });  // core's overlap rule's message, the op named first
   };
   at::Tensor& out = t[N - 1];
   if (out.dim() <= tierkit::kMaxRank) return each(as_view);
@@ -118,7 +118,7 @@ struct CpuPointwise {
     const bool float_scalar = M > 0;  // a Python float promotes integer tensors (aten's rule)
     if (!plain_call(in) || (out && out->scalar_type() != in[0]->scalar_type())) {
       const auto p = resolve_pointwise<N>(op, in, Info::tensors, float_scalar, out, kCPU, resize_out);
-      run_views<N + 1>(with_output(p.in, p.target), kernel);
+      run_views<N + 1>(op, with_output(p.in, p.target), kernel);
       p.finish();
       return p.result;
     }
@@ -134,7 +134,7 @@ struct CpuPointwise {
     }
     std::array<at::Tensor, N> values;
     for (std::size_t i = 0; i < N; ++i) values[i] = *in[i];
-    run_views<N + 1>(with_output(values, result), kernel);
+    run_views<N + 1>(op, with_output(values, result), kernel);
     return result;
   }
   static at::Tensor functional(const TensorArgs<Info>& in, const ScalarArgs<Info>& s) {

@@ -305,6 +305,9 @@ def test_every_out_error_names_the_out_overload(ns):
     base = torch.zeros(10)
     with pytest.raises(RuntimeError, match=rf"^{ns}::scale_shift.out: out: "):
         call(ns, "scale_shift", base[:8], out=base[1:9])
+    strided = torch.zeros(4, 8)  # partly overlapping strided views: core's rule decides, the op named
+    with pytest.raises(RuntimeError, match=rf"^{ns}::scale_shift.out: out: overlaps input"):
+        call(ns, "scale_shift", strided[:, :4], out=strided[:, 2:6])
 
 
 @pytest.mark.parametrize("face", ["tierkit_torch", "tierkit_torch_stable"])

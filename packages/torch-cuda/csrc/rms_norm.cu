@@ -227,6 +227,18 @@ int blocks_for(int64_t rows, int64_t d) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, int64_t{sm_count()} * 4)));
 }
 
+// The backward's blocks: blocks_for's, but never more partial dw than
+// core's CPU kernel allows itself (kRmsMaxScratch in tierkit/rms_norm.h,
+// 2^22 elements of slots x d): uncapped, a float32 [1024, 2^22] x took
+// min(rows, 4 x SMs) x d floats, 8.25 GiB, on an H200. The kernel strides
+// over the rows, so fewer blocks only take more rows each.
+constexpr int64_t kMaxScratch = int64_t{1} << 22;
+int backward_blocks(int64_t rows, int64_t d) {
+  const int64_t per_block = d <= kWarpRowMaxD ? kThreads / 32 : 1;
+  const int64_t cap = std::max<int64_t>(1, kMaxScratch / (std::max<int64_t>(1, d) * per_block));
+  return static_cast<int>(std::min<int64_t>(blocks_for(rows, d), cap));
+}
+
 bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T, bool kWarpRow, bool kAdd>
@@ -248,7 +260,7 @@ void forward(const RmsForward& a, cudaStream_t stream) {
 
 template <typename T>
 void backward(const RmsBackward& a, cudaStream_t stream) {
-  const int blocks = blocks_for(a.rows, a.d);
+  const int blocks = backward_blocks(a.rows, a.d);
   if (a.d <= kWarpRowMaxD)
     rms_backward_kernel<T, true><<<blocks, kThreads, 0, stream>>>(a);
   else
@@ -270,7 +282,7 @@ void dispatch(tierkit::DType dtype, const F& f) {
 }  // namespace
 
 int64_t rms_backward_slots(int64_t rows, int64_t d) {
-  return int64_t{blocks_for(rows, d)} * (d <= kWarpRowMaxD ? kThreads / 32 : 1);
+  return int64_t{backward_blocks(rows, d)} * (d <= kWarpRowMaxD ? kThreads / 32 : 1);
 }
 
 void launch_rms_forward(tierkit::DType dtype, const RmsForward& args, cudaStream_t stream) {

@@ -131,3 +131,34 @@ def test_empty_and_strided_inputs():
 def test_errors_name_the_argument(call_, pattern):
     with pytest.raises(RuntimeError, match=r"tierkit::\w+: " + pattern):
         call_()
+
+
+@pytest.mark.parametrize("row", [0, 500, 1023])
+def test_add_rms_norm_in_place_with_the_weight_a_row_of_residual(row):
+    # 1024 rows over many blocks: without the copy, blocks read the weight
+    # while row `row`'s block rewrites it (a race).
+    x, _ = inputs((1024, 2048), torch.float32, 1)
+    r, _ = inputs((1024, 2048), torch.float32, 2)
+    x, r = x.cuda(), r.cuda()
+    want_y, want_h = ops.add_rms_norm(x, r, r[row].clone(), 1e-6)
+    y = ops.add_rms_norm_(x, r, r[row], 1e-6)
+    torch.cuda.synchronize()
+    assert torch.equal(r, want_h) and torch.equal(y, want_y)
+
+
+def test_backward_scratch_is_capped_like_the_cpu():
+    # [1024, 2^16] float32: uncapped, 4 x SMs slots of d floats (132 SMs:
+    # 138 MiB); capped at 2^22 elements, 16 MiB.
+    x, w = inputs((1024, 1 << 16), torch.float32, 3)
+    x, w, g = x.cuda(), w.cuda(), torch.randn(1024, 1 << 16, device="cuda")
+    _, rstd = ops._rms_norm_forward(x, w, 1e-6)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    dx, dw = ops._rms_norm_backward(g, x, w, rstd)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before - dx.nbytes - dw.nbytes
+    assert extra <= (1 << 22) * 4 + (1 << 20), extra
+    want_dx, want_dw = ops._rms_norm_backward(g.cpu(), x.cpu(), w.cpu(), rstd.cpu())
+    close(dx, want_dx, torch.float32, 4)
+    close(dw, want_dw, torch.float32, 64)
