@@ -505,6 +505,12 @@ void bind_ops(py::module_& m) {
   m.def("_noop", [] {}, "Does nothing: measures the bare cost of a bound call.");
 }
 
+py::object new_output_like(const py::handle& first_input, const tierkit::TensorView& like) {
+  return new_output<1>(first_input, {&like});
+}
+
+void note_written(const py::object& out) { bump_torch_version(out); }
+
 void set_output_caching(bool enabled) { g_use_cache.store(enabled); }
 bool output_caching() { return g_use_cache.load(); }
 

@@ -2,6 +2,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "tierkit/view.h"
+
 namespace tierkit_bridge {
 namespace py = pybind11;
 
@@ -10,6 +12,11 @@ void bind_ops(py::module_& m);
 void bind_norms(py::module_& m);
 // The thread cap set_num_threads() sets (0: every pool thread).
 unsigned max_threads();
+// A fresh C-contiguous output of `like`'s shape and dtype, presented as the
+// pointwise ops present theirs (numpy for numpy, torch for torch, else a Buffer).
+py::object new_output_like(const py::handle& first_input, const tierkit::TensorView& like);
+// Tells torch that `out` was written (its version counter), as out= ops do.
+void note_written(const py::object& out);
 // Whether allocating ops take their output from core's caching allocator.
 void set_output_caching(bool enabled);
 bool output_caching();

@@ -93,3 +93,62 @@ def test_zero_rows_and_empty():
 def test_errors_name_the_argument(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()
+
+
+# ---- every producer the pointwise ops take ---------------------------------------
+
+
+def test_torch_in_gives_torch_out_bfloat16_included():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = (torch.randn(5, 64, generator=g) * 3).to(dtype)
+        w = (1 + 0.5 * torch.randn(64, generator=g)).to(dtype)
+        got = tb.rms_norm(x, w, 1e-6)
+        assert isinstance(got, torch.Tensor) and got.dtype == dtype and got.shape == x.shape
+        want = torch.nn.functional.rms_norm(x.float(), (64,), w.float(), 1e-6).to(dtype)
+        torch.testing.assert_close(got, want, rtol=torch.finfo(dtype).eps * 2, atol=0)
+        out = torch.empty_like(x)
+        version = out._version
+        assert tb.rms_norm(x, w, 1e-6, out=out) is out and out._version > version
+        assert torch.equal(out, got)
+
+
+def test_torch_rules_apply_and_name_the_argument():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(3, 8, requires_grad=True)
+    with pytest.raises(ValueError, match=r"^rms_norm: x: expected a tensor that does not require grad"):
+        tb.rms_norm(x)
+    with torch.no_grad():  # torch computes with it there, so does the bridge
+        torch.testing.assert_close(tb.rms_norm(x), torch.nn.functional.rms_norm(x.detach(), (8,)))
+    plain = torch.randn(3, 8)
+    negated = torch._neg_view(plain)  # a lazily negated view: read by its values
+    assert negated.is_neg()
+    assert torch.equal(tb.rms_norm(negated), tb.rms_norm(-plain))
+    with pytest.raises(ValueError, match=r"^rms_norm: x: expected CPU memory, got a tensor on device meta"):
+        tb.rms_norm(torch.empty(3, 8, device="meta"))
+
+
+def test_a_dlpack_only_producer_is_read():
+    class Holder:  # __dlpack__ alone, as the array API asks
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kwargs):
+            return self.a.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    x = np.random.default_rng(4).standard_normal((4, 16)).astype(np.float32)
+    got = np.asarray(tb.rms_norm(Holder(x)))
+    np.testing.assert_array_equal(got, tb.rms_norm(x))
+
+
+def test_masked_arrays_are_refused_not_their_mask_dropped():
+    m = np.ma.masked_array([[1.0, 2.0, 1000.0]], mask=[[False, False, True]], dtype=np.float32)
+    with pytest.raises(TypeError, match=r"^rms_norm: x: expected an array without a mask"):
+        tb.rms_norm(m)
+    with pytest.raises(TypeError, match=r"^rms_norm: weight: expected an array without a mask"):
+        tb.rms_norm(m.data, np.ma.masked_array([1.0, 1.0, 1.0], dtype=np.float32))
+    np.testing.assert_array_equal(tb.rms_norm(m.filled(0.0)), tb.rms_norm(np.array([[1, 2, 0]], np.float32)))
