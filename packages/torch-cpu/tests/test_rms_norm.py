@@ -338,3 +338,21 @@ def test_rmsnorm_refuses_what_it_cannot_normalise():
         tierkit_torch.RMSNorm((4, 8))
     with pytest.raises(RuntimeError, match=r"input: expected a last dimension of 8 .*got shape \[3, 7\]"):
         tierkit_torch.RMSNorm(8)(torch.ones(3, 7))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
+@pytest.mark.parametrize("affine", [True, False])
+def test_rmsnorm_scripts_as_torchs_does(affine, gen):
+    ours = tierkit_torch.RMSNorm(24, eps=1e-6, elementwise_affine=affine)
+    theirs = torch.nn.RMSNorm(24, eps=1e-6, elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            ours.weight.copy_(make((24,), torch.float32, gen, 1.0))
+            theirs.weight.copy_(ours.weight)
+    scripted, reference = torch.jit.script(ours), torch.jit.script(theirs)
+    x = make((3, 24), torch.float32, gen)
+    assert torch.equal(scripted(x), ours(x))
+    torch.testing.assert_close(scripted(x), reference(x))
+    # TorchScript raises its own torch.jit.Error, carrying the module's message
+    with pytest.raises(torch.jit.Error, match=r"input: expected a last dimension of 24"):
+        scripted(torch.ones(3, 7))

@@ -22,6 +22,7 @@ class RMSNorm(torch.nn.Module):
     torch's default (the compute type's machine epsilon). The weight has the
     module's dtype; inputs must have the same (no mixed precision inside
     the op: cast the module, as ``model.to(torch.bfloat16)`` does).
+    ``torch.jit.script`` compiles it, as ``torch.nn.RMSNorm``.
     """
 
     __constants__: ClassVar[list[str]] = ["normalized_shape", "eps", "elementwise_affine"]
@@ -63,6 +64,10 @@ class RMSNorm(torch.nn.Module):
                 f"tierkit_torch.RMSNorm: input: expected a last dimension of {self.normalized_shape[0]} "
                 f"(normalized_shape), got shape {list(x.shape)}"
             )
+        if torch.jit.is_scripting():
+            # TorchScript (deprecated in torch, still used for old deployments)
+            # calls the operator itself; the typed face is Python.
+            return torch.ops.tierkit.rms_norm(x, self.weight, self.eps)
         return rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
