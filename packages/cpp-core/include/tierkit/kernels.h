@@ -33,6 +33,7 @@
 // namespace (a later `#include <immintrin.h>` in the user's file would then
 // find them already included, under our namespace, and declare nothing).
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
+#include <cpuid.h>  // __get_cpuid: F16C under clang (cpu_has_f16c)
 #include <immintrin.h>
 #endif
 #if defined(__unix__) || defined(__APPLE__)
@@ -283,10 +284,20 @@ TIERKIT_AVX512 void map_contiguous_avx512(const Op& op, T* out, std::int64_t n, 
 // The functions carry "fma" so that vmath::vexp_sigmoid's std::fma becomes
 // an instruction; no other contraction happens (-ffp-contract=off, core's
 // flag, and fp-contract=off on the functions themselves).
+// F16C from CPUID leaf 1 (ECX bit 29) under clang, whose
+// __builtin_cpu_supports did not know "f16c" before clang 16.
+inline bool cpu_has_f16c() {
+#if defined(__clang__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+#else
+  return __builtin_cpu_supports("f16c");
+#endif
+}
 inline bool cpu_has_16bit_simd() {
   static const bool has = [] {
     __builtin_cpu_init();  // rms_norm's and the strided loops' dispatch may ask before simd_level()
-    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return cpu_has_f16c() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
   return has;
 }

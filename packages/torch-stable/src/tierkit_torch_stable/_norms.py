@@ -65,7 +65,8 @@ class RmsNormFunction(torch.autograd.Function):
         # An inference tensor cannot be saved for backward; aten's F.rms_norm
         # still differentiates an inference x against a weight that requires
         # grad (and the reverse), so such an argument is saved as a normal copy.
-        x, weight = _saveable(x), _saveable(weight)
+        x = x.clone() if x.is_inference() else x
+        weight = _saveable(weight)
         ctx.save_for_backward(x, weight, rstd)
         ctx.save_for_forward(x, weight)
         ctx.eps = e
