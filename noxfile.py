@@ -17,7 +17,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ci"))
 
-from nox_support import matrix, sanitizers, wheels
+from nox_support import fuzz, matrix, sanitizers, wheels
 from nox_support.ctest import run_ctest
 from nox_support.env import (
     BUILD_DIR,
@@ -31,6 +31,7 @@ from nox_support.env import (
 from nox_support.tiers import (
     BENCH,
     CROSS_TIERS,
+    FUZZ,
     LINT,
     TIERS,
     ci_selection,
@@ -218,6 +219,16 @@ def sanitize(session: nox.Session) -> None:
     sanitizers.pytest_under_asan(
         session, py, str(ROOT / "tests" / "test_journey.py"), str(ROOT / "tests" / "test_bad_inputs.py")
     )
+
+
+@nox.session(name="fuzz")
+def fuzz_session(session: nox.Session) -> None:
+    """Coverage-guided fuzzing under ASan+UBSan: libFuzzer over core's views,
+    overlap, broadcast and kernels; atheris over the bridge's entry points
+    (ci/nox_support/fuzz.py). Every target side by side for 30 s (CI), or
+    `-- --minutes N` each; a finding fails the session."""
+    py = env_with(session, ["core", "bridge"], FUZZ)
+    fuzz.run_all(session, py, fuzz.seconds_from(list(session.posargs)))
 
 
 @nox.session

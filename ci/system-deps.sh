@@ -6,6 +6,12 @@
 set -euo pipefail
 
 missing=()
+# `system-deps.sh fuzz`: also clang and its libFuzzer/sanitizer runtimes (the fuzz session).
+if [ "${1:-}" = fuzz ]; then
+  command -v clang++ >/dev/null || missing+=(clang)
+  [ -f "$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null || echo /nonexistent)" ] ||
+    missing+=(libclang-rt-14-dev)
+fi
 command -v g++ >/dev/null || missing+=(g++)
 command -v cmake >/dev/null || missing+=(cmake)
 command -v ninja >/dev/null || missing+=(ninja-build)

@@ -12,6 +12,7 @@ TORCH = "ci/requirements-torch.txt"
 TORCH_OLDEST = "ci/requirements-torch-oldest.txt"
 BENCH = "ci/requirements-bench.txt"
 LINT = "ci/requirements-lint.txt"
+FUZZ = "ci/requirements-fuzz.txt"
 
 
 # What each wheel must do alone in a fresh venv (the build session).

@@ -484,7 +484,18 @@ ArrayArg ArrayArg::from(const py::handle& obj, const char* name, bool writable) 
                               " view, e.g. z.conj().imag): its memory holds other values than it reads as; "
                               "write into a plain tensor and copy");
       }
-      return from(obj.attr((std::string("resolve_") + bit).c_str())(), name, writable);
+      py::object resolved;
+      try {
+        resolved = obj.attr((std::string("resolve_") + bit).c_str())();
+      } catch (py::error_already_set& e) {
+        // torch cannot resolve every dtype's bit (a negated float8 view:
+        // "neg_cpu" not implemented for 'Float8_e4m3fn'; found by fuzzing).
+        throw py::type_error(std::string(name) + ": expected a tensor whose " + bit +
+                             " bit torch can resolve, got one of dtype " +
+                             py::str(obj.attr("dtype")).cast<std::string>() + " that it cannot (" + e.what() +
+                             ")");
+      }
+      return from(resolved, name, writable);
     }
     if (py::hasattr(obj, "__dlpack_device__")) {
       std::pair<int, int> dev;

@@ -174,3 +174,22 @@ def test_tensors_the_bridge_cannot_read_are_named_with_their_argument():
     f8 = torch.zeros(3, dtype=torch.float8_e4m3fn)
     with pytest.raises(TypeError, match=r"^a: unsupported element type float8_e4m3fn from DLPack"):
         tb.add(f8, f8)
+
+
+# Found by the fuzz session (inputs kept in packages/pybind-bridge/fuzz/corpus/regression-*).
+def test_a_negated_view_torch_cannot_resolve_is_refused_naming_the_argument():
+    f8 = torch._neg_view(torch.zeros(4, dtype=torch.float8_e4m3fn))
+    with pytest.raises(
+        TypeError, match=r"^obj: expected a tensor whose neg bit torch can resolve, got one of dtype"
+    ):
+        tb.as_buffer(f8)  # torch raised NotImplementedError ("neg_cpu" not implemented for 'Float8_e4m3fn')
+
+
+def test_operands_torch_cannot_promote_are_refused_naming_the_argument():
+    f8 = torch.zeros(4, dtype=torch.float8_e4m3fn)
+    with pytest.raises(
+        TypeError, match=r"^a: expected dtype float32, float64, float16 or bfloat16, got int32"
+    ):
+        tb.add(
+            torch.zeros(4, dtype=torch.int32), f8
+        )  # torch raised "Promotion for Float8 Types is not supported"

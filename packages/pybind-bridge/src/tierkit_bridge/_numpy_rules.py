@@ -178,15 +178,18 @@ def _torch_call(
             raise TypeError(
                 f"{name}: expected a torch tensor or a Python number beside torch tensors, got {type(x).__name__}"
             )
-    result = operands[0] if len(operands) == 1 else torch.result_type(operands[0], operands[1])
+    dtypes = [str(x.dtype).removeprefix("torch.") if isinstance(x, torch.Tensor) else None for x in operands]
+    try:
+        result = operands[0] if len(operands) == 1 else torch.result_type(operands[0], operands[1])
+    except RuntimeError:
+        # torch promotes no float8 with another dtype (found by fuzzing: its
+        # RuntimeError named neither argument): the operand the kernels refuse anyway.
+        _refuse_dtype(names, dtypes, "no dtype (torch promotes none for them)")
+        raise
     if isinstance(result, torch.Tensor):
         result = result.dtype
     if str(result).removeprefix("torch.") not in ACCEPTED:
-        _refuse_dtype(
-            names,
-            [str(x.dtype).removeprefix("torch.") if isinstance(x, torch.Tensor) else None for x in operands],
-            str(result).removeprefix("torch."),
-        )
+        _refuse_dtype(names, dtypes, str(result).removeprefix("torch."))
     shape = _broadcast(names, [tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in operands])
     if out is not None:
         if not isinstance(out, torch.Tensor):
