@@ -55,7 +55,7 @@ RUN_BY = {
     ),
     ("CONTRIBUTING.md", "bash ci/nox.sh -s tests-core"): ("tests-core", "the session itself"),
     ("CONTRIBUTING.md", "bash ci/nox.sh -s tests-torch"): ("tests-torch", "the session itself"),
-    ("CONTRIBUTING.md", "bash ci/nox.sh -s lint"): ("lint build tests sanitize", "CI's own command"),
+    ("CONTRIBUTING.md", "bash ci/nox.sh -s lint"): ("lint build tests sanitize fuzz", "CI's own command"),
     ("CONTRIBUTING.md", "pip install --no-build-isolation packages/cpp-core"): (
         "build",
         "rebuilds torch-cpu (~1 min): the build session installs core, then builds torch-cpu "
