@@ -155,8 +155,9 @@ def test_add_rms_norm_in_place_refuses_an_inference_residual_outside_inference_m
         lambda o, a, b, out: o.mul.out(a, b, out=out),
         lambda o, a, b, out: o.custom_add.out(a, b, out=out),
         lambda o, a, b, out: o.scale_shift.out(a, 2.0, 1.0, out=out),
+        lambda o, a, b, out: o.add_out(a, b, out),
     ],
-    ids=["mul", "custom_add", "scale_shift"],
+    ids=["mul", "custom_add", "scale_shift", "add_out"],
 )
 def test_out_overloads_refuse_an_all_inference_call_outside_inference_mode(ns, call):
     a, b, out = _inference(torch.ones(5), torch.full((5,), 2.0), torch.zeros(5))
@@ -200,3 +201,20 @@ def test_add_rms_norm_in_place_over_interleaved_views(ns):
     with pytest.raises(RuntimeError, match=rf"{ns}::add_rms_norm_: residual: partially overlaps x"):
         big = torch.zeros(5, 16)
         ops(ns).add_rms_norm_(big[:4], big[1:], w)
+
+
+# ---- 3. silu_mul of two NaNs: a NaN at every position, its sign unspecified -----
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_silu_mul_of_nan_pairs_is_nan_at_every_position_in_every_tier(dtype):
+    nan = float("nan")
+    for a_sign, b_sign in [(1, -1), (-1, 1), (1, 1), (-1, -1)]:
+        a = torch.full((35,), a_sign * nan, dtype=dtype)
+        b = torch.full((35,), b_sign * nan, dtype=dtype)
+        for result in (
+            torch.ops.tierkit.silu_mul(a, b),
+            torch.ops.tierkit_stable.silu_mul(a, b),
+            tb.silu_mul(a, b),
+        ):
+            assert torch.isnan(result).all(), result
