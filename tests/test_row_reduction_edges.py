@@ -218,3 +218,12 @@ def test_silu_mul_of_nan_pairs_is_nan_at_every_position_in_every_tier(dtype):
             tb.silu_mul(a, b),
         ):
             assert torch.isnan(result).all(), result
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_add_rms_norm_in_place_with_residual_x_itself_above_eight_dims(ns):
+    # Deeper than core's views: exactly x is still in place, not "partial".
+    x = make([1] * 8 + [16], torch.float32, 16)
+    want_y, want_h = ops(ns).add_rms_norm(x.clone(), x.clone(), None, 1e-6)
+    y = ops(ns).add_rms_norm_(x, x, None, 1e-6)
+    assert torch.equal(y, want_y) and torch.equal(x, want_h)

@@ -185,11 +185,23 @@ const ExchangeAPI* exchange_api_of(PyObject* obj) {
 
 }  // namespace dlpack
 
+namespace {
+// A producer's shape with a negative size describes no array (found by
+// fuzzing: shape (-1, 2^62) from a hand-built DLPack capsule overflowed the
+// extent's arithmetic).
+void refuse_negative_sizes(const Shape& shape, const char* name) {
+  for (int d = 0; d < shape.rank(); ++d)
+    if (shape[d] < 0)
+      throw py::value_error(std::string(name) + ": shape: expected non-negative sizes, got " + shape.str());
+}
+}  // namespace
+
 ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const Shape& strides,
                             std::shared_ptr<void> keep, bool readonly, const char* name) {
   // Kernels read elements through T*: an address that is not a multiple of
   // the item size is undefined behaviour (and faults on some CPUs). Strides
   // are whole items, so the first element decides for all of them.
+  refuse_negative_sizes(shape, name);
   const auto item_size = tierkit::dtype_size(dtype);
   const auto address = reinterpret_cast<std::uintptr_t>(first);
   if (shape.numel() != 0 && address % item_size != 0) {
@@ -212,7 +224,11 @@ ArrayArg ArrayArg::from_raw(void* first, DType dtype, const Shape& shape, const 
   const auto [lo, hi] = tierkit::reach(shape, strides);
   const auto item = static_cast<std::int64_t>(tierkit::dtype_size(dtype));
   if (!empty) {  // the byte extent must be addressable too, not just the element count
-    const std::int64_t extent = tierkit::checked_add(hi - lo, 1, "strides");
+    // hi - lo itself may not fit (strides of opposite signs near 2^62).
+    std::int64_t span = 0;
+    if (__builtin_sub_overflow(hi, lo, &span))
+      throw py::value_error(std::string(name) + ": strides: the elements' extent overflows int64");
+    const std::int64_t extent = tierkit::checked_add(span, 1, "strides");
     std::int64_t bytes = 0;
     if (__builtin_mul_overflow(extent, item, &bytes)) {
       throw py::value_error(std::string(name) + ": strides: " + std::to_string(extent) + " * " +
@@ -243,6 +259,7 @@ ArrayArg ArrayArg::from_dltensor(const DLTensor& t, std::shared_ptr<void> keep, 
   }
   // DLPack 1.2+: shape may be null for ndim 0; null strides mean C order.
   const Shape shape = t.ndim ? Shape::from_range(t.shape, t.shape + t.ndim) : Shape{};
+  refuse_negative_sizes(shape, name);  // before C-order strides are computed from them
   const Shape strides =
       t.strides && t.ndim ? Shape::from_range(t.strides, t.strides + t.ndim) : shape.contiguous_strides();
   return from_raw(static_cast<char*>(t.data) + t.byte_offset, dtype, shape, strides, std::move(keep),

@@ -36,6 +36,10 @@ ArrayArg import(const py::handle& obj, const char* name, bool writable) {
     throw py::value_error(kOp + std::string(e.what()));
   } catch (const py::type_error& e) {
     throw py::type_error(kOp + std::string(e.what()));
+  } catch (const tierkit::DTypeError& e) {
+    throw py::type_error(kOp + std::string(e.what()));
+  } catch (const tierkit::InvalidArgument& e) {
+    throw py::value_error(kOp + std::string(e.what()));
   }
 }
 
@@ -162,7 +166,11 @@ py::object rms_norm(const py::handle& x, const py::handle& weight, const py::han
     throw py::value_error(std::string(kOp) + "out: expected shape " + py_shape(vx.shape()) + " and dtype " +
                           std::string(tierkit::dtype_name(vx.dtype())) + " (x's), got " +
                           py_shape(vo.shape()) + " and " + std::string(tierkit::dtype_name(vo.dtype())));
-  tierkit::checks::writable_layout(vo);
+  try {
+    tierkit::checks::writable_layout(vo);
+  } catch (const tierkit::InvalidArgument& e) {
+    throw py::value_error(kOp + std::string(e.what()));
+  }
   if (xc.numel() == 0) return py::reinterpret_borrow<py::object>(out);
   // Straight into out when the kernel can write it: C-contiguous, and apart
   // from x or exactly x (each row is read before it is written); otherwise

@@ -328,9 +328,36 @@ def check_pointwise(fdp, a, b):
 
 
 def check_rms_norm(fdp, x):
+    # The weight: none, a fresh one, or (with out=) a row of out itself; out:
+    # none, a fresh C-order array, its transpose's transpose (strided), or x.
+    weight = out = None
+    if isinstance(x, np.ndarray) and x.ndim and x.dtype.kind == "f" and x.dtype.isnative:
+        d = x.shape[-1]
+        if fdp.ConsumeBool():
+            weight = np.frombuffer(
+                fdp.ConsumeBytes(x.dtype.itemsize * d).ljust(x.dtype.itemsize * d, b"\0"), x.dtype
+            )
+        mode = fdp.ConsumeIntInRange(0, 3)
+        if mode == 1:
+            out = np.empty_like(x, order="C")
+        elif mode == 2:
+            out = np.empty(x.shape[::-1], x.dtype).T  # strided
+        elif mode == 3 and x.flags.writeable:
+            out = x
+        if out is not None and out is not x and weight is not None and out.flags.c_contiguous and out.size:
+            if fdp.ConsumeBool():  # the weight lies in out: read as it was at the call
+                row = out.reshape(-1, d)[0]
+                row[...] = weight
+                weight = row
+    x_before = np.array(x, copy=True) if isinstance(x, np.ndarray) else None
+    w_before = None if weight is None else np.array(weight, copy=True)
     try:
-        got = tb.rms_norm(x, None, 1e-6)
+        got = tb.rms_norm(x, weight, 1e-6, out=out)
     except ALLOWED:
+        return
+    if x_before is not None and out is not None:
+        # Against numpy on the values the arguments had at the call.
+        _compare_rms(x_before, w_before, got)
         return
     if (
         isinstance(x, np.ndarray)
@@ -340,11 +367,24 @@ def check_rms_norm(fdp, x):
         and np.isfinite(x).all()
         and np.abs(x).max() < 1e15  # no float32 sum of squares overflows (the kernel's rstd is then 0)
     ):
-        xl = x.astype(np.float64)
-        want = xl / np.sqrt((xl * xl).mean(-1, keepdims=True) + 1e-6)
-        finite = np.isfinite(want)
-        g = np.asarray(got).astype(np.float64)
-        assert np.allclose(g[finite], want[finite], rtol=1e-5, atol=1e-30), (x, got)
+        _compare_rms(x, None, got)
+
+
+def _compare_rms(x, w, got):
+    if x.dtype not in (np.float32, np.float64) or not x.size or not x.ndim:
+        return
+    if not np.isfinite(x).all() or np.abs(x).max() >= 1e15:
+        return  # no float32 sum of squares may overflow (the kernel's rstd is then 0)
+    if w is not None and (not np.isfinite(w).all() or np.abs(w).max() >= 1e15):
+        return
+    xl = x.astype(np.float64)
+    want = xl / np.sqrt((xl * xl).mean(-1, keepdims=True) + 1e-6)
+    if w is not None:
+        want = want * w.astype(np.float64)
+    finite = np.isfinite(want)
+    g = np.asarray(got).astype(np.float64)
+    scale = np.abs(want[finite]).max() if finite.any() else 0.0
+    assert np.allclose(g[finite], want[finite], rtol=1e-5, atol=1e-6 * scale + 1e-30), (x, w, got)
 
 
 def TestOneInput(data: bytes) -> None:

@@ -255,3 +255,42 @@ def test_cached_buffers_come_from_the_allocator():
 def test_cached_buffer_alignment_limit():
     with pytest.raises(ValueError, match="alignment: the caching allocator gives 64-byte alignment"):
         tb.Buffer(10, 4096, cached=True)
+
+
+def test_a_dlpack_capsule_with_a_negative_size_is_refused():
+    # Found by the fuzz session: shape (-1, 2^62) with C-order strides
+    # overflowed the extent's arithmetic (UBSan); now a ValueError.
+    import ctypes
+
+    class DLTensor(ctypes.Structure):
+        _fields_ = [
+            ("data", ctypes.c_void_p),
+            ("device", ctypes.c_int32 * 2),
+            ("ndim", ctypes.c_int32),
+            ("dtype", ctypes.c_uint32),  # code, bits (one byte each), lanes (two)
+            ("shape", ctypes.POINTER(ctypes.c_int64)),
+            ("strides", ctypes.c_void_p),
+            ("byte_offset", ctypes.c_uint64),
+        ]
+
+    class Managed(ctypes.Structure):
+        _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+    store = (ctypes.c_float * 4)()
+    shape = (ctypes.c_int64 * 2)(-1, 2**62)
+    dtype = 2 | (32 << 8) | (1 << 16)  # float32: code 2, 32 bits, 1 lane
+    m = Managed(DLTensor(ctypes.addressof(store), (1, 0), 2, dtype, shape, None, 0), None, None)
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+    class Producer:
+        def __dlpack__(self, **kwargs):
+            return new(ctypes.addressof(m), b"dltensor", None)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    with pytest.raises(
+        ValueError, match=r"^a: shape: expected non-negative sizes, got \(-1, 4611686018427387904\)"
+    ):
+        tb.add(Producer(), Producer())

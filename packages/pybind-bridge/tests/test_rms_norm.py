@@ -152,3 +152,11 @@ def test_masked_arrays_are_refused_not_their_mask_dropped():
     with pytest.raises(TypeError, match=r"^rms_norm: weight: expected an array without a mask"):
         tb.rms_norm(m.data, np.ma.masked_array([1.0, 1.0, 1.0], dtype=np.float32))
     np.testing.assert_array_equal(tb.rms_norm(m.filled(0.0)), tb.rms_norm(np.array([[1, 2, 0]], np.float32)))
+
+
+def test_sequences_and_core_refusals_keep_the_ops_name():
+    np.testing.assert_array_equal(tb.rms_norm([[3.0, 4.0]]), tb.rms_norm(np.array([[3.0, 4.0]])))
+    x = np.ones((2, 3), np.float32)
+    out = np.lib.stride_tricks.as_strided(np.zeros(3, np.float32), (2, 3), (0, 4), writeable=True)
+    with pytest.raises(ValueError, match=r"^rms_norm: out: has stride 0 in dimension 0"):
+        tb.rms_norm(x, out=out)

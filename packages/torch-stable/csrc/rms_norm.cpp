@@ -220,7 +220,8 @@ void check_residual_overlap(const char* op, const Tensor& x, const Tensor& resid
   };
   const auto [x0, x1] = span(x);
   const auto [r0, r1] = span(residual);
-  if (!(x0 < r1 && r0 < x1)) return;  // apart
+  if (!(x0 < r1 && r0 < x1)) return;                                         // apart
+  if (x0 == r0 && sizes == sizes_of(x) && strides == strides_of(x)) return;  // exactly x: in place
   // Deeper than core's views: the byte spans decide (a refusal at worst).
   const bool shared = x.dim() > tierkit::kMaxRank || residual.dim() > tierkit::kMaxRank ||
                       (!tierkit::checks::same_layout(as_view(residual), as_view(x)) &&

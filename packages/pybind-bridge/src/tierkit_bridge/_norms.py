@@ -40,12 +40,22 @@ def rms_norm(x: Any, weight: Any = None, eps: float | None = None, *, out: Any =
     like ``x``, or writes into ``out`` (x's shape and dtype, any layout) and
     returns it. Masked arrays are refused.
     """
+    # Python sequences are arrays to numpy (np.asarray), as before the import path.
+    x, weight = _from_sequence(x), _from_sequence(weight)
     _refuse_masked(x, "x")
     _refuse_masked(weight, "weight")
     _refuse_masked(out, "out")
     if eps is not None and (isinstance(eps, bool) or not _is_real(eps)):
         raise TypeError(f"rms_norm: eps: expected a real number, got {type(eps).__name__}")
     return _bridge._rms_norm(x, weight, None if eps is None else float(eps), out)
+
+
+def _from_sequence(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        import numpy as np
+
+        return np.asarray(value)
+    return value
 
 
 def _is_real(value: Any) -> bool:
