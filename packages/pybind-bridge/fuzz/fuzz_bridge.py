@@ -355,19 +355,9 @@ def check_rms_norm(fdp, x):
         got = tb.rms_norm(x, weight, 1e-6, out=out)
     except ALLOWED:
         return
-    if x_before is not None and out is not None:
+    if x_before is not None:
         # Against numpy on the values the arguments had at the call.
         _compare_rms(x_before, w_before, got)
-        return
-    if (
-        isinstance(x, np.ndarray)
-        and x.dtype in (np.float32, np.float64)
-        and x.size
-        and x.ndim
-        and np.isfinite(x).all()
-        and np.abs(x).max() < 1e15  # no float32 sum of squares overflows (the kernel's rstd is then 0)
-    ):
-        _compare_rms(x, None, got)
 
 
 def _compare_rms(x, w, got):
