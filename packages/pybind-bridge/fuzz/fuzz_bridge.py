@@ -355,9 +355,18 @@ def check_rms_norm(fdp, x):
         got = tb.rms_norm(x, weight, 1e-6, out=out)
     except ALLOWED:
         return
-    if x_before is not None:
-        # Against numpy on the values the arguments had at the call.
+    if x_before is not None and not (out is not None and _has_internal_overlap(out)):
+        # Against numpy on the values the arguments had at the call. (An out
+        # whose elements share addresses holds whichever write came last, in
+        # the bridge as in numpy: no value to check.)
         _compare_rms(x_before, w_before, got)
+
+
+def _has_internal_overlap(a) -> bool:
+    if a.size <= 1:
+        return False
+    offsets = sum(i * s for i, s in zip(np.indices(a.shape), a.strides))
+    return len(np.unique(offsets)) < a.size
 
 
 def _compare_rms(x, w, got):
