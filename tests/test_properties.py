@@ -4,8 +4,9 @@ offsets, transposes, broadcast stride 0, negative steps for numpy), dtypes
 and values (inf, nan, -0.0, subnormals, huge and tiny magnitudes).
 
 The reference computes the way the kernels are specified: float32/float64
-in their own type, 16-bit types in float32 rounded once; so every
-comparison is exact (NaNs compare equal to NaNs)."""
+in their own type, 16-bit types in float32 rounded once, by the op table's
+formula for each entry; so every comparison is exact (NaNs compare equal to
+NaNs), or within the entry's ulps for a transcendental op (silu_mul)."""
 
 import numpy as np
 import tierkit_bridge as tb
@@ -14,8 +15,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from tierkit_core.op_table import OPS, find
+from tierkit_core.op_testing import evaluate, numpy_functions
+from tierkit_torch_common import testing
 
-ARITY = {"add": 2, "mul": 2, "scale_shift": 1, "muladd": 2}
+# Every entry of the op table, by its bridge name, from its entry alone: a
+# new one is tested here with no new test code.
+BRIDGE = {op.bridge: op for op in OPS}
+ARITY = {name: len(op.tensors) for name, op in BRIDGE.items()}
+NUMPY = numpy_functions(np)
 BUDGET = 6000  # elements per operand, so the ci profile stays fast
 
 
@@ -70,18 +78,23 @@ def laid_out(draw, shape, dtype, writable=False, negative=True):
     return draw(hnp.arrays(dtype, shape, elements=values(dtype)))
 
 
-def reference(op, inputs, alpha, beta, c):
+def reference(op, inputs, scalars):
+    """16-bit in float32 rounded once, the others in their own type."""
     dtype = inputs[0].dtype
     work = np.float32 if dtype == np.float16 else dtype.type
     x = [np.asarray(i, dtype=work) for i in inputs]
     with np.errstate(all="ignore"):
-        r = {
-            "add": lambda: x[0] + x[1],
-            "mul": lambda: x[0] * x[1],
-            "scale_shift": lambda: work(alpha) * x[0] + work(beta),
-            "muladd": lambda: x[0] * x[1] + work(c),
-        }[op]()
+        r = evaluate(BRIDGE[op].name, x, NUMPY, [work(v) for v in scalars])
         return np.asarray(r).astype(dtype)
+
+
+def assert_equal_within_ulps(got, want, entry, dtype):
+    """Exact (NaN equal to NaN) for + - * ops; within the entry's ulps otherwise."""
+    if entry.ulps == 0:
+        np.testing.assert_array_equal(got, want)
+    else:
+        info = np.finfo(dtype)
+        np.testing.assert_allclose(got, want, rtol=entry.ulps * info.eps, atol=entry.ulps * info.tiny)
 
 
 scalars = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
@@ -90,14 +103,13 @@ scalars = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 def check_bridge(data, op, dtype):
     shape = data.draw(shapes())
     inputs = [data.draw(laid_out(shape, dtype)) for _ in range(ARITY[op])]
-    alpha, beta, c = data.draw(scalars), data.draw(scalars), data.draw(scalars)
+    args = [data.draw(scalars) for _ in BRIDGE[op].scalars]
     use_out = data.draw(st.booleans())
     out = data.draw(laid_out(shape, dtype, writable=True)) if use_out else None
-    args = {"add": (), "mul": (), "scale_shift": (alpha, beta), "muladd": (c,)}[op]
     got = getattr(tb, op)(*inputs, *args, out=out)
     if use_out:
         assert got is out
-    np.testing.assert_array_equal(np.asarray(got), reference(op, inputs, alpha, beta, c))
+    assert_equal_within_ulps(np.asarray(got), reference(op, inputs, args), BRIDGE[op], dtype)
 
 
 def _bridge_test(op, dtype):
@@ -132,19 +144,7 @@ def to_torch(a: np.ndarray, dtype) -> torch.Tensor:
     return flat.as_strided(a.shape, [s // item for s in a.strides], offset)
 
 
-def torch_reference(op, inputs, alpha, beta, c):
-    dtype = inputs[0].dtype
-    x = [i if dtype == torch.float64 else i.float() for i in inputs]
-    r = {
-        "custom_add": lambda: x[0] + x[1],
-        "mul": lambda: x[0] * x[1],
-        "scale_shift": lambda: alpha * x[0] + beta,
-        "muladd": lambda: x[0] * x[1] + c,
-    }[op]()
-    return r.to(dtype)
-
-
-TORCH_ARITY = {"custom_add": 2, "mul": 2, "scale_shift": 1, "muladd": 2, "add_out": 2}
+TORCH_ARITY = {**testing.ARITY, "add_out": 2}
 
 
 def check_torch(data, op, dtype):
@@ -153,18 +153,16 @@ def check_torch(data, op, dtype):
     inputs = [
         to_torch(data.draw(laid_out(shape, np_dtype, negative=False)), dtype) for _ in range(TORCH_ARITY[op])
     ]
-    alpha, beta, c = data.draw(scalars), data.draw(scalars), data.draw(scalars)
-    ops = torch.ops.tierkit
     if op == "add_out":
         out = to_torch(data.draw(laid_out(shape, np_dtype, writable=True, negative=False)), dtype)
-        ops.add_out(inputs[0], inputs[1], out)
-        got, want = out, torch_reference("custom_add", inputs, alpha, beta, c)
+        torch.ops.tierkit.add_out(inputs[0], inputs[1], out)
+        got, want, tol = out, testing.expected("custom_add", *inputs), {"rtol": 0, "atol": 0}
     else:
-        args = {"custom_add": (), "mul": (), "scale_shift": (alpha, beta), "muladd": (c,)}[op]
-        got = getattr(ops, op)(*inputs, *args)
-        want = torch_reference(op, inputs, alpha, beta, c)
+        args = [data.draw(scalars) for _ in find(op).scalars]
+        got = testing.call("tierkit", op, *inputs, scalars=args)
+        want, tol = testing.expected(op, *inputs, scalars=args), testing.tolerance(op, dtype)
     assert got.shape == want.shape and got.dtype == want.dtype
-    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(got, want, equal_nan=True, **tol)
 
 
 def _torch_test(op, dtype):

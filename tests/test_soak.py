@@ -9,6 +9,9 @@ import pytest
 import tierkit_bridge as tb
 import tierkit_torch  # noqa: F401
 import torch
+from tierkit_core.op_table import OPS
+from tierkit_core.op_testing import scalar_values
+from tierkit_torch_common import testing
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 MiB = 1 << 20
@@ -20,27 +23,25 @@ def rss() -> int:
 
 
 def bridge_calls(n):
+    """Every entry of the op table, by its bridge name; every other one into out=."""
     x = np.random.default_rng(0).random(n, dtype=np.float32)
     y = np.random.default_rng(1).random(n, dtype=np.float32)
     out = np.empty_like(x)
-    return {
-        "add": lambda: tb.add(x, y),
-        "mul": lambda: tb.mul(x, y, out=out),
-        "scale_shift": lambda: tb.scale_shift(x, 2.0, 1.0),
-        "muladd": lambda: tb.muladd(x, y, 0.5, out=out),
-    }
+    calls = {}
+    for i, op in enumerate(OPS):
+        fn, args = getattr(tb, op.bridge), (*[x, y][: len(op.tensors)], *scalar_values(op.name))
+        calls[op.bridge] = (lambda f=fn, a=args: f(*a, out=out)) if i % 2 else (lambda f=fn, a=args: f(*a))
+    return calls
 
 
 def torch_calls(n):
     x, y, out = torch.rand(n), torch.rand(n), torch.empty(n)
-    ops = torch.ops.tierkit
-    return {
-        "custom_add": lambda: ops.custom_add(x, y),
-        "mul": lambda: ops.mul(x, y),
-        "scale_shift": lambda: ops.scale_shift(x, 2.0, 1.0),
-        "muladd": lambda: ops.muladd(x, y, 0.5),
-        "add_out": lambda: ops.add_out(x, y, out),
+    calls = {
+        op.name: (lambda name=op.name: testing.call("tierkit", name, *[x, y][: testing.ARITY[name]]))
+        for op in OPS
     }
+    calls["add_out"] = lambda: torch.ops.tierkit.add_out(x, y, out)
+    return calls
 
 
 def soak(calls, times):

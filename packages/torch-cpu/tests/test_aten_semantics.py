@@ -13,6 +13,8 @@ import importlib.util
 
 import pytest
 import torch
+from tierkit_core.op_table import find
+from tierkit_torch_common import testing
 
 NAMESPACES = ["tierkit"]
 if importlib.util.find_spec("tierkit_torch_stable") is not None:
@@ -20,34 +22,22 @@ if importlib.util.find_spec("tierkit_torch_stable") is not None:
 
     NAMESPACES.append("tierkit_stable")
 
-C, ALPHA, BETA = 0.25, 1.75, -0.5
+# Every entry of the op table, from its entry alone (a new one is checked
+# here with no new test code): its reference formula over aten's ops gives
+# aten's dtype, shape and layout for the same call.
+BINARY = [op for op, n in testing.ARITY.items() if n == 2]
+UNARY = [op for op, n in testing.ARITY.items() if n == 1]
+C = testing.C
 
 
-def aten(op, a, b=None):
-    """aten's result, computed as the kernels do (16-bit results in float32,
-    rounded once), so its dtype, shape and layout are aten's own."""
-    like = {
-        "custom_add": lambda: torch.add(a, b),
-        "mul": lambda: torch.mul(a, b),
-        "muladd": lambda: torch.mul(a, b) + C,
-        "scale_shift": lambda: torch.mul(a, ALPHA) + BETA,
-    }[op]()
-    wide = [t.double() for t in (a, b) if t is not None]
-    exact = {
-        "custom_add": lambda: wide[0] + wide[1],
-        "mul": lambda: wide[0] * wide[1],
-        "muladd": lambda: wide[0] * wide[1] + C,
-        "scale_shift": lambda: ALPHA * wide[0] + BETA,
-    }[op]()
-    compute = torch.float32 if like.dtype in (torch.float16, torch.bfloat16) else like.dtype
-    values = exact.to(compute).to(like.dtype)
-    return torch.empty_like(like).copy_(values)
+def aten(op, *tensors):
+    """aten's result, holding the float64 value rounded once through the
+    compute type (16-bit results in float32), as the kernels compute it."""
+    return testing.wide(op, *tensors)
 
 
-def call(ns, op, a, b=None, **kw):
-    ops = getattr(torch.ops, ns)
-    args = {"custom_add": (a, b), "mul": (a, b), "muladd": (a, b, C), "scale_shift": (a, ALPHA, BETA)}[op]
-    return getattr(ops, op)(*args, **kw) if not kw else getattr(ops, op).out(*args, **kw)
+def call(ns, op, *tensors, **kw):
+    return testing.call(ns, op, *tensors, **kw)
 
 
 def assert_like_aten(got, want):
@@ -56,7 +46,6 @@ def assert_like_aten(got, want):
     torch.testing.assert_close(got, want)
 
 
-BINARY = ["custom_add", "mul", "muladd"]
 gen = torch.Generator().manual_seed(7)
 
 
@@ -130,13 +119,13 @@ def test_layouts_follow_aten(ns, op):
 
 
 @pytest.mark.parametrize("ns", NAMESPACES)
-@pytest.mark.parametrize("op", [*BINARY, "scale_shift"])
+@pytest.mark.parametrize("op", testing.NAMES)
 def test_out_of_a_wider_dtype_is_written_cast(ns, op):
-    a, b = rand(3, 4), rand(4)
+    inputs = [rand(3, 4), rand(4)][: testing.ARITY[op]]
     out = torch.full((3, 4), 7.0, dtype=torch.float64)
-    returned = call(ns, op, a, b, out=out) if op != "scale_shift" else call(ns, op, a, out=out)
+    returned = call(ns, op, *inputs, out=out)
     assert returned is out and out.dtype == torch.float64
-    want = aten(op, a, b) if op != "scale_shift" else aten(op, a)
+    want = aten(op, *inputs)
     # Computed in float32 (the result dtype, as aten does), then cast.
     torch.testing.assert_close(out, want.double(), rtol=1.3e-6, atol=1e-5)
 
@@ -203,7 +192,7 @@ def test_gradients_of_broadcast_and_promoted_inputs(ns, op):
     a = rand(3, 1).requires_grad_()
     b = rand(4, dtype=torch.float64).requires_grad_()
     ours = call(ns, op, a, b)
-    theirs = {"custom_add": torch.add, "mul": torch.mul, "muladd": lambda x, y: x * y + C}[op](a, b)
+    theirs = testing.composite(op, a, b)
     assert ours.dtype == theirs.dtype == torch.float64
     g = torch.randn(3, 4, dtype=torch.float64, generator=gen)
     got = torch.autograd.grad(ours, (a, b), g)
@@ -231,7 +220,7 @@ def test_forward_ad_with_broadcasting(op):
         out = call("tierkit", op, fwAD.make_dual(a, ta), b)
         got = fwAD.unpack_dual(out).tangent
     want = torch.func.jvp(
-        lambda x: {"custom_add": torch.add, "mul": torch.mul, "muladd": lambda p, q: p * q + C}[op](x, b),
+        lambda x: testing.composite(op, x, b),
         (a,),
         (ta,),
     )[1]
@@ -350,10 +339,11 @@ def test_an_inference_tensor_meets_one_that_requires_grad_as_in_aten(ns):
 
 
 @pytest.mark.parametrize("ns", NAMESPACES)
-@pytest.mark.parametrize(("op", "saved"), [("custom_add", 0), ("scale_shift", 0), ("mul", 2), ("muladd", 2)])
-def test_only_what_the_derivative_needs_is_saved(ns, op, saved):
-    a, b = rand(4).requires_grad_(), rand(4).requires_grad_()
+@pytest.mark.parametrize("op", testing.NAMES)
+def test_only_what_the_derivative_needs_is_saved(ns, op):
+    inputs = [rand(4).requires_grad_() for _ in range(testing.ARITY[op])]
     packed = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
-        call(ns, op, a, b)
-    assert len(packed) == saved  # aten's add and mul(x, scalar) save 0, mul saves 2
+        call(ns, op, *inputs)
+    # The inputs its derivatives read, as aten's add and mul(x, scalar) save 0, mul saves 2.
+    assert len(packed) == len(find(op).saved)

@@ -3,7 +3,8 @@
 import pytest
 import tierkit_torch
 import torch
-from reference import ALPHA, BETA, C
+import torch._dynamo.testing
+from reference import ALPHA, ARITY, BETA, C, call, composite, expected, tolerance
 
 ops = torch.ops.tierkit
 
@@ -39,6 +40,26 @@ def test_dynamic_shapes_do_not_recompile(gen):
         a, b = torch.randn(n, 3, generator=gen), torch.randn(n, 3, generator=gen)
         torch.testing.assert_close(compiled(a, b), eager_reference(a, b))
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("op", list(ARITY))
+def test_every_entry_compiles_fullgraph_dynamic_with_backward(op, gen):
+    # Every entry of the op table from its entry alone: one graph for every
+    # size (no recompile after the first), values and gradients as eager's composite.
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(lambda *x: call(op, *x), fullgraph=True, dynamic=True, backend=counter)
+    frames = []
+    for n in (8, 17, 130):
+        xs = [torch.randn(n, 3, generator=gen).requires_grad_() for _ in range(ARITY[op])]
+        ys = [x.detach().clone().requires_grad_() for x in xs]
+        got = compiled(*xs)
+        torch.testing.assert_close(got, expected(op, *xs), **tolerance(op, torch.float32))
+        got.sum().backward()
+        composite(op, *ys).sum().backward()
+        for x, y in zip(xs, ys):
+            torch.testing.assert_close(x.grad, y.grad)
+        frames.append(counter.frame_count)
+    assert frames[0] >= 1 and frames == [frames[0]] * 3, frames
 
 
 def test_compiled_backward(gen):

@@ -4,38 +4,17 @@ import pytest
 import tierkit_cuda
 import torch
 from conftest import DTYPES, gpu
-from tierkit_core.op_table import OPS, find
+from tierkit_torch_common import testing
+from tierkit_torch_common.testing import ALPHA, ARITY, BETA, C, expected, scalars, tolerance
 
 pytestmark = gpu
 ops = torch.ops.tierkit
 # The op table drives these tests as it drives torch-cpu's: each entry's
-# reference formula, scalars and tolerance (tierkit_core.op_table).
-SCALARS = {"alpha": 1.75, "beta": -0.5, "c": 0.25}
-ALPHA, BETA, C = SCALARS["alpha"], SCALARS["beta"], SCALARS["c"]
-ARITY = {op.name: len(op.tensors) for op in OPS}
-_SCOPE = {"silu": torch.nn.functional.silu, "sigmoid": torch.sigmoid}
+# reference formula, scalars and tolerance (tierkit_torch_common.testing).
 
 
-def scalars(op):
-    return [SCALARS.get(s, 0.5) for s in find(op).scalars]
-
-
-def expected(op, *inputs):
-    """16-bit types in float32, rounded once, like the kernels."""
-    dtype = inputs[0].dtype
-    x = [t if dtype == torch.float64 else t.float() for t in inputs]
-    entry = find(op)
-    names = {**dict(zip(entry.tensors, x)), **dict(zip(entry.scalars, scalars(op)))}
-    return eval(entry.reference, dict(_SCOPE), names).to(dtype)
-
-
-def tolerance(op, dtype):
-    info = torch.finfo(dtype)
-    return {"rtol": find(op).ulps * info.eps, "atol": find(op).ulps * info.tiny}
-
-
-def call(op, *inputs):
-    return getattr(ops, op)(*inputs, *scalars(op))
+def call(op, *inputs, **kwargs):
+    return testing.call("tierkit", op, *inputs, **kwargs)
 
 
 def layouts(dtype):
@@ -138,12 +117,23 @@ def test_non_default_stream():
     torch.testing.assert_close(out2, (3 * a + 1) + a)
 
 
-def test_gradcheck_float64():
-    a = torch.randn(6, device="cuda", dtype=torch.float64, requires_grad=True)
-    b = torch.randn(6, device="cuda", dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b: ops.muladd(a, b, 2.0), (a, b))
-    assert torch.autograd.gradcheck(lambda a: ops.scale_shift(a, 2.0, 1.0), (a,))
-    assert torch.autograd.gradgradcheck(lambda a, b: ops.mul(a, b), (a, b))
+@pytest.mark.parametrize("op", list(ARITY))
+def test_gradcheck_float64(op):
+    xs = testing.random_inputs(op, 6, dtype=torch.float64, requires_grad=True, device="cuda")
+    assert torch.autograd.gradcheck(lambda *x: call(op, *x), xs, check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(lambda *x: call(op, *x), xs)
+
+
+@pytest.mark.parametrize("op", list(ARITY))
+def test_compile_dynamic_and_backward(op):
+    xs = testing.random_inputs(op, 257, requires_grad=True, device="cuda")
+    ys = [x.detach().clone().requires_grad_() for x in xs]
+    got = torch.compile(lambda *x: call(op, *x), fullgraph=True, dynamic=True)(*xs)
+    torch.testing.assert_close(got, expected(op, *xs), **tolerance(op, torch.float32))
+    got.sum().backward()
+    testing.composite(op, *ys).sum().backward()
+    for x, y in zip(xs, ys):
+        torch.testing.assert_close(x.grad, y.grad)
 
 
 @pytest.mark.parametrize("op", list(ARITY) + ["add_out"])
@@ -179,14 +169,14 @@ def test_time_op_returns_positive_ms():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_out_overloads(dtype):
-    a = torch.randn(300, device="cuda").to(dtype)
-    b = torch.randn(300, device="cuda").to(dtype)
+@pytest.mark.parametrize("op", list(ARITY))
+def test_out_overloads(op, dtype):
+    xs = testing.random_inputs(op, 300, dtype=dtype, device="cuda")
     out = torch.empty(0, device="cuda", dtype=dtype)
-    assert ops.muladd.out(a, b, C, out=out).data_ptr() == out.data_ptr()
-    torch.testing.assert_close(out, expected("muladd", a, b), rtol=0, atol=0)
+    assert call(op, *xs, out=out).data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, expected(op, *xs), **tolerance(op, dtype))
     with pytest.raises(RuntimeError, match=r"out: expected shape \[300\]"):
-        ops.mul.out(a, b, out=torch.empty(7, device="cuda", dtype=dtype))
+        call(op, *xs, out=torch.empty(7, device="cuda", dtype=dtype))
 
 
 def test_forward_ad_on_cuda():

@@ -5,35 +5,12 @@ from __future__ import annotations
 import pytest
 import tierkit_torch_stable  # noqa: F401  (loads the library, registers the Python kernels)
 import torch
+from tierkit_torch_common import testing
 from tierkit_torch_stable import ops as face
 
+NS = "tierkit_stable"
 ops = torch.ops.tierkit_stable
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-
-
-def compute(dtype: torch.dtype) -> torch.dtype:
-    """16-bit inputs are computed in float32 and rounded once, as core does."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def reference(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    c = compute(a.dtype)
-    fa, fb = a.to(c), b.to(c)
-    out = {
-        "custom_add": lambda: fa + fb,
-        "mul": lambda: fa * fb,
-        "muladd": lambda: torch.addcmul(torch.full_like(fa, 0.75), fa, fb),
-        "scale_shift": lambda: fa * 1.5 - 0.25,
-    }[name]()
-    return out.to(a.dtype)
-
-
-def call(name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if name == "muladd":
-        return ops.muladd(a, b, 0.75)
-    if name == "scale_shift":
-        return ops.scale_shift(a, 1.5, -0.25)
-    return getattr(ops, name)(a, b)
 
 
 LAYOUTS = {
@@ -51,19 +28,25 @@ LAYOUTS = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("name", ["custom_add", "mul", "muladd", "scale_shift"])
+@pytest.mark.parametrize("name", testing.NAMES)
 def test_matches_torch(name, layout, dtype):
+    # Every entry of the op table, from its entry alone (a new one is tested
+    # here with no new test code): 16-bit computed in float32, rounded once.
     gen = torch.Generator().manual_seed(0)
-    base_a = torch.randn(3, 8, 6, generator=gen).to(dtype)
-    base_b = torch.randn(3, 8, 6, generator=gen).to(dtype)
-    a, b = LAYOUTS[layout](base_a), LAYOUTS[layout](base_b)
-    got = call(name, a, b)
-    want = reference(name, a, b)
-    # muladd's reference rounds a*b once more (addcmul computes in c's dtype); one ulp.
-    if name == "muladd" and dtype in (torch.float32, torch.float64):
-        torch.testing.assert_close(got, want)
-    else:
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    inputs = [LAYOUTS[layout](t) for t in testing.random_inputs(name, 3, 8, 6, dtype=dtype, generator=gen)]
+    got = testing.call(NS, name, *inputs)
+    want = testing.expected(name, *inputs)
+    assert got.dtype == dtype and got.shape == inputs[0].shape
+    torch.testing.assert_close(got, want, **testing.tolerance(name, dtype))
+
+
+@pytest.mark.parametrize("name", testing.NAMES)
+def test_out_overload_of_every_entry(name):
+    gen = torch.Generator().manual_seed(1)
+    inputs = testing.random_inputs(name, 5, 7, generator=gen)
+    out = torch.empty(5, 7)
+    assert testing.call(NS, name, *inputs, out=out) is out
+    torch.testing.assert_close(out, testing.expected(name, *inputs), **testing.tolerance(name, torch.float32))
 
 
 @pytest.mark.parametrize("layout", ["channels_last", "transposed"])

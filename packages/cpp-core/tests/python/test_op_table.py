@@ -75,3 +75,33 @@ def test_core_python_imports_no_torch():
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
             assert not any(n.split(".")[0] in ("torch", "tierkit_torch_common") for n in names), (path, names)
+
+
+def test_op_testing_evaluates_an_entry_over_any_arrays():
+    # The suites' shared reference: the entry's formula with the test scalars
+    # (or given ones), over whatever the caller passes -- here plain floats.
+    import math
+
+    from tierkit_core.op_testing import TEST_SCALARS, evaluate, scalar_values
+
+    scalar = {"sigmoid": lambda a: 1 / (1 + math.exp(-a)), "silu": lambda a: a / (1 + math.exp(-a))}
+    assert scalar_values("scale_shift") == [TEST_SCALARS["alpha"], TEST_SCALARS["beta"]] == [1.75, -0.5]
+    assert evaluate("scale_shift", [2.0], scalar) == 1.75 * 2.0 - 0.5
+    assert evaluate("muladd", [2.0, 3.0], scalar, [1.0]) == 7.0
+    assert evaluate("silu_mul", [0.0, 5.0], scalar) == 0.0
+    assert evaluate("silu_mul", [1.0, 2.0], scalar) == 2.0 / (1 + math.exp(-1.0))
+
+
+def test_op_testing_refuses_a_wrong_call_by_name():
+    import pytest
+    from tierkit_core.op_testing import evaluate
+
+    scalar = {"sigmoid": abs, "silu": abs}
+    with pytest.raises(TypeError, match="evaluate: scale_shift takes 1 tensors, got 2"):
+        evaluate("scale_shift", [1.0, 2.0], scalar)
+    with pytest.raises(TypeError, match="evaluate: muladd takes 1 scalars, got 2"):
+        evaluate("muladd", [1.0, 2.0], scalar, [1.0, 2.0])
+    with pytest.raises(KeyError, match=r"functions lacks \['silu'\]"):
+        evaluate("mul", [1.0, 2.0], {"sigmoid": abs})
+    with pytest.raises(KeyError, match="no operator named 'nope'"):
+        evaluate("nope", [], scalar)

@@ -1,0 +1,111 @@
+"""The op table as every torch test suite reads it: what an entry must
+compute, within what tolerance, and how to call it in a namespace.
+
+One home for the reference the suites of torch-cpu, torch-stable, torch-cuda
+and the cross-tier tests compare against, so that a new entry of
+``tierkit_core.op_table.OPS`` is tested by each of them without new test code
+(the guard test ``tests/test_every_suite_reads_the_table.py`` checks it).
+
+Unlike the rest of this package, it imports torch: it is for test suites,
+which have torch by definition; ``import tierkit_torch_common`` does not load it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tierkit_core.op_table import OPS, find
+from tierkit_core.op_testing import TEST_SCALARS, evaluate, scalar_values
+
+__all__ = [
+    "ALPHA",
+    "ARITY",
+    "BETA",
+    "NAMES",
+    "SCALARS",
+    "C",
+    "call",
+    "composite",
+    "expected",
+    "random_inputs",
+    "scalars",
+    "tolerance",
+    "wide",
+]
+
+SCALARS = TEST_SCALARS
+ALPHA, BETA, C = SCALARS["alpha"], SCALARS["beta"], SCALARS["c"]
+NAMES = tuple(op.name for op in OPS)
+ARITY = {op.name: len(op.tensors) for op in OPS}
+# The formula vocabulary (tierkit_core.op_table.FORMULA_FUNCTIONS) in torch.
+_SCOPE: dict[str, Any] = {"silu": F.silu, "sigmoid": torch.sigmoid}
+
+
+def scalars(op: str) -> list[float]:
+    """The entry's float arguments, in schema order, with the test values."""
+    return scalar_values(op)
+
+
+def composite(op: str, *tensors: torch.Tensor, scalars: Sequence[float] | None = None) -> torch.Tensor:
+    """The entry's `reference` in plain (differentiable) torch ops, in the
+    inputs' own dtypes: aten's result dtype, shape and layout for the same call."""
+    return evaluate(op, tensors, _SCOPE, scalars)
+
+
+def expected(op: str, *inputs: torch.Tensor, scalars: Sequence[float] | None = None) -> torch.Tensor:
+    """Computed the way the kernels do: 16-bit types in float32, rounded once."""
+    dtype = inputs[0].dtype
+    x = [t if dtype == torch.float64 else t.float() for t in inputs]
+    return composite(op, *x, scalars=scalars).to(dtype)
+
+
+def wide(op: str, *inputs: torch.Tensor) -> torch.Tensor:
+    """aten's result (dtype, shape, strides) holding the float64 value rounded
+    once through the compute type, for inputs of mixed dtypes and shapes."""
+    # The kernels promote first (aten's rule, integers to the default float
+    # type), then compute; a formula of aten functions (silu) would refuse
+    # integer inputs, so it sees them promoted.
+    dtype = torch.result_type(*inputs) if len(inputs) == 2 else inputs[0].dtype
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    like = composite(op, *(t.to(dtype) for t in inputs))
+    exact = composite(op, *(t.double() for t in inputs))
+    compute = torch.float32 if like.dtype in (torch.float16, torch.bfloat16) else like.dtype
+    return torch.empty_like(like).copy_(exact.to(compute))
+
+
+def tolerance(op: str, dtype: torch.dtype) -> dict[str, float]:
+    """assert_close's tolerance against `expected`: exact unless the entry allows ulps."""
+    ulps = find(op).ulps
+    info = torch.finfo(dtype)
+    return {"rtol": ulps * info.eps, "atol": ulps * info.tiny}
+
+
+def call(
+    namespace: str, op: str, *inputs: torch.Tensor, scalars: Sequence[float] | None = None, **kwargs: Any
+) -> torch.Tensor:
+    """``torch.ops.<namespace>.<op>`` with `scalars` (the entry's test values
+    by default); with ``out=`` given, its ``.out`` overload."""
+    packet = getattr(getattr(torch.ops, namespace), op)
+    overload = packet.out if "out" in kwargs else packet
+    return overload(*inputs, *(scalar_values(op) if scalars is None else scalars), **kwargs)
+
+
+def random_inputs(
+    op: str,
+    *shape: int,
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+    requires_grad: bool = False,
+    device: str = "cpu",
+) -> list[torch.Tensor]:
+    """One standard-normal tensor per tensor input of the entry."""
+    return [
+        torch.randn(*shape, generator=generator, dtype=torch.float64)
+        .to(device=device, dtype=dtype)
+        .requires_grad_(requires_grad)
+        for _ in range(ARITY[op])
+    ]

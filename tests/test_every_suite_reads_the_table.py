@@ -1,0 +1,273 @@
+"""Every suite exercises every entry of the op table.
+
+A new entry of ``tierkit_core.op_table.OPS`` must be tested by each tier's
+suite without new test code; this guard makes that a fact, not a hope. Each
+suite is collected (``pytest --collect-only``, in a subprocess, from the
+suite's own directory, as nox runs it) and each of its table-driven tests
+below must hold a case for every entry, and for every namespace where the
+suite covers both. A suite that hard-codes its ops, or a filter that drops an
+entry from one, fails here, naming the suite, the test and the entry.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+from tierkit_core.op_table import OPS, Op
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def every(op: Op) -> bool:
+    return True
+
+
+def binary(op: Op) -> bool:
+    return len(op.tensors) == 2
+
+
+def differentiable(op: Op) -> bool:
+    return bool(op.derivatives)
+
+
+@dataclass(frozen=True)
+class Aspect:
+    """One table-driven test: ``file::test`` must hold a case per entry that
+    `applies` to, with each of `also` (namespaces) among its parameters too.
+    ``{op}`` in `test` stands for the entry's name in that suite (tests
+    generated per entry under their own names)."""
+
+    what: str
+    file: str
+    test: str
+    applies: Callable[[Op], bool] = every
+    also: tuple[str, ...] = ()
+    bridge_names: bool | None = None  # None: as the suite does
+
+
+@dataclass(frozen=True)
+class Suite:
+    directory: str  # relative to the repository; pytest runs from there
+    aspects: tuple[Aspect, ...]
+    needs: str  # the module without which the suite cannot be collected here
+    bridge_names: bool = False  # the suite calls the entries by their bridge names
+
+
+BOTH = ("tierkit", "tierkit_stable")
+SUITES = {
+    "torch-cpu": Suite(
+        "packages/torch-cpu",
+        (
+            Aspect("values, dtypes and layouts", "tests/test_ops.py", "test_matches_torch_on_every_layout"),
+            Aspect("out= overloads", "tests/test_layout_and_out.py", "test_beyond_core_rank_limit"),
+            Aspect("autograd", "tests/test_autograd.py", "test_gradcheck", differentiable),
+            Aspect(
+                "forward-mode autograd",
+                "tests/test_forward_ad.py",
+                "test_jvp_matches_plain_torch",
+                differentiable,
+            ),
+            Aspect("vmap", "tests/test_vmap.py", "test_batch_dim_zero"),
+            Aspect("opcheck", "tests/test_opcheck.py", "test_opcheck"),
+            Aspect(
+                "compile",
+                "tests/test_compile.py",
+                "test_every_entry_compiles_fullgraph_dynamic_with_backward",
+            ),
+        ),
+        needs="tierkit_torch",
+    ),
+    "aten-semantics": Suite(
+        "packages/torch-cpu",
+        (
+            Aspect("broadcasting", "tests/test_aten_semantics.py", "test_broadcasting", binary, BOTH),
+            Aspect("type promotion", "tests/test_aten_semantics.py", "test_type_promotion", binary, BOTH),
+            Aspect(
+                "out= casting",
+                "tests/test_aten_semantics.py",
+                "test_out_of_a_wider_dtype_is_written_cast",
+                also=BOTH,
+            ),
+            Aspect(
+                "fakes",
+                "tests/test_aten_semantics.py",
+                "test_fake_tensors_agree_with_the_kernel",
+                binary,
+                BOTH,
+            ),
+            Aspect(
+                "saved tensors",
+                "tests/test_aten_semantics.py",
+                "test_only_what_the_derivative_needs_is_saved",
+                also=BOTH,
+            ),
+        ),
+        needs="tierkit_torch_stable",  # without it the suite covers one namespace
+    ),
+    "torch-stable": Suite(
+        "packages/torch-stable",
+        (
+            Aspect("values, dtypes and layouts", "tests/test_ops.py", "test_matches_torch"),
+            Aspect("out= overloads", "tests/test_ops.py", "test_out_overload_of_every_entry"),
+            Aspect(
+                "autograd", "tests/test_autograd.py", "test_gradcheck_reverse_and_forward", differentiable
+            ),
+            Aspect(
+                "forward-mode autograd",
+                "tests/test_autograd.py",
+                "test_forward_ad_tangent_equals_torch",
+                differentiable,
+            ),
+            Aspect("opcheck", "tests/test_compile.py", "test_opcheck"),
+            Aspect("compile", "tests/test_compile.py", "test_compile_fullgraph_dynamic_every_entry"),
+            Aspect(
+                "compiled backward",
+                "tests/test_compile.py",
+                "test_compile_backward_every_entry",
+                differentiable,
+            ),
+        ),
+        needs="tierkit_torch_stable",
+    ),
+    "bridge": Suite(
+        "packages/pybind-bridge",
+        (
+            Aspect("values, dtypes and layouts", "tests/test_ops.py", "test_matches_numpy_on_every_layout"),
+            Aspect("out=", "tests/test_ops.py", "test_out_writes_in_place_and_returns_out"),
+            Aspect("torch tensors", "tests/test_ops.py", "test_torch_tensors_in_torch_tensors_out"),
+            Aspect(
+                "broadcasting", "tests/test_numpy_semantics.py", "test_broadcasting_every_operand", binary
+            ),
+            Aspect("promotion", "tests/test_numpy_semantics.py", "test_promotion_is_np_result_type", binary),
+            Aspect(
+                "layouts", "tests/test_numpy_semantics.py", "test_result_layout_is_numpys_k_order", binary
+            ),
+        ),
+        needs="tierkit_bridge",
+        bridge_names=True,
+    ),
+    "cross-tier": Suite(
+        ".",
+        (
+            Aspect(
+                "bridge properties", "tests/test_properties.py", "test_bridge_{op}_float32", bridge_names=True
+            ),
+            Aspect("torch properties", "tests/test_properties.py", "test_torch_{op}_bfloat16"),
+        ),
+        needs="tierkit_torch",
+    ),
+    "cuda-gpu": Suite(
+        "packages/torch-cuda",
+        (
+            Aspect("values, dtypes and layouts", "tests/test_gpu.py", "test_matches_torch"),
+            Aspect("out= overloads", "tests/test_gpu.py", "test_out_overloads"),
+            Aspect("autograd", "tests/test_gpu.py", "test_gradcheck_float64", differentiable),
+            Aspect("opcheck", "tests/test_gpu.py", "test_opcheck"),
+            Aspect("compile", "tests/test_gpu.py", "test_compile_dynamic_and_backward"),
+        ),
+        needs="tierkit_cuda",  # the GPU tests are collected (and skipped) without a GPU
+    ),
+}
+
+
+@cache
+def collected(directory: str, files: tuple[str, ...]) -> tuple[str, ...]:
+    """The node ids pytest collects from `files`, run from `directory`."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+        cwd=ROOT / directory,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"collecting {directory}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    # Node ids are relative to the rootdir (the repository): make them the suite's.
+    prefix = "" if directory == "." else f"{directory}/"
+    return tuple(line.strip().removeprefix(prefix) for line in proc.stdout.splitlines() if "::" in line)
+
+
+def parameters(node: str) -> set[str]:
+    """A node's parameter ids, and the op name of an `op.overload` id."""
+    match = re.search(r"\[(.*)\]$", node)
+    if not match:
+        return set()
+    parts = match.group(1).split("-")
+    return {*parts, *(p.split(".")[0] for p in parts)}
+
+
+def name_in(suite: str, aspect: Aspect, op: Op) -> str:
+    bridge = SUITES[suite].bridge_names if aspect.bridge_names is None else aspect.bridge_names
+    return op.bridge if bridge else op.name
+
+
+def missing_cases(suite: str) -> list[str]:
+    """What the suite's table-driven tests leave out: one line per gap."""
+    spec = SUITES[suite]
+    nodes = collected(spec.directory, tuple(sorted({a.file for a in spec.aspects})))
+    gaps = []
+    for aspect in spec.aspects:
+        for op in filter(aspect.applies, OPS):
+            name = name_in(suite, aspect, op)
+            test = aspect.test.format(op=name)
+            cases = [
+                n for n in nodes if n == f"{aspect.file}::{test}" or n.startswith(f"{aspect.file}::{test}[")
+            ]
+            if "{op}" not in aspect.test:
+                cases = [n for n in cases if name in parameters(n)]
+            if not cases:
+                gaps.append(f"{suite}: {aspect.what} ({aspect.file}::{test}) has no case for {op.name}")
+                continue
+            for namespace in aspect.also:
+                if not any(namespace in parameters(n) for n in cases):
+                    gaps.append(
+                        f"{suite}: {aspect.what} ({aspect.file}::{test}) has no case for {op.name} in {namespace}"
+                    )
+    return gaps
+
+
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_every_entry_is_exercised(suite):
+    module = SUITES[suite].needs
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed in this environment, so {suite}'s suite cannot be collected")
+    gaps = missing_cases(suite)
+    assert not gaps, "entries of the op table a suite does not exercise:\n" + "\n".join(gaps)
+
+
+def test_the_guard_names_an_entry_a_suite_leaves_out(monkeypatch):
+    # The check itself: a stable suite whose values test lost silu_mul, and
+    # whose aten-semantics cases lost a namespace, are reported by name.
+    real = collected("packages/torch-stable", ("tests/test_ops.py",)) if find("tierkit_torch_stable") else ()
+    fake = tuple(n for n in real if "silu_mul" not in parameters(n) or "test_matches_torch[" not in n)
+    fake = fake or ("tests/test_ops.py::test_matches_torch[custom_add-contiguous-torch.float32]",)
+    monkeypatch.setattr(sys.modules[__name__], "collected", lambda directory, files: fake)
+    gaps = missing_cases("torch-stable")
+    assert (
+        "torch-stable: values, dtypes and layouts (tests/test_ops.py::test_matches_torch) has no case for silu_mul"
+        in gaps
+    )
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "collected",
+        lambda directory, files: tuple(
+            f"tests/test_aten_semantics.py::test_broadcasting[{c}-{op.name}-tierkit]"
+            for op in OPS
+            for c in "ab"
+        ),
+    )
+    assert (
+        "aten-semantics: broadcasting (tests/test_aten_semantics.py::test_broadcasting) has no case for mul in tierkit_stable"
+        in missing_cases("aten-semantics")
+    )
+
+
+def find(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
