@@ -221,6 +221,11 @@ def test_torch_tier_reports_ops_and_keys():
     checks = by_name(tiers.tier_checks(_tier("tierkit_torch"), info))
     ops = checks["tier 2 torch-cpu ops"]
     assert ops.status == Status.OK and "custom_add[CPU/Meta/Autograd" in ops.value
+    # The probe reads the op table: every entry of every kind is reported.
+    from tierkit_core.op_table import OPS, OUT_WRITERS, ROW_REDUCTIONS
+
+    for entry in (*OPS, *OUT_WRITERS, *ROW_REDUCTIONS):
+        assert f"{entry.name}[CPU" in ops.value, (entry.name, ops.value)
     assert checks["tier 2 torch-cpu torch"].status == Status.OK
 
 

@@ -72,11 +72,12 @@ TIERS = [
 KEYS = ["CPU", "CUDA", "Meta", "Autograd"]
 
 # Which kernels each op of the op table (tierkit_core.op_table, installed
-# with every torch tier) has, asked of the loaded library in a subprocess.
+# with every torch tier) has, asked of the loaded library in a subprocess:
+# every kind (pointwise entries, out writers, row reductions).
 OPS_PROBE = r"""
 import json, torch, {module}
-from tierkit_core.op_table import OPS, OUT_WRITERS
-ops = [op.name for op in OPS] + [w.name for w in OUT_WRITERS]
+from tierkit_core.op_table import OPS, OUT_WRITERS, ROW_REDUCTIONS
+ops = [op.name for op in OPS] + [w.name for w in OUT_WRITERS] + [r.name for r in ROW_REDUCTIONS]
 has = torch._C._dispatch_has_kernel_for_dispatch_key
 keys = {{op: [k for k in {keys!r} if has("{ns}::" + op, k)] for op in ops if torch._C._dispatch_has_kernel("{ns}::" + op) or hasattr(torch.ops.{ns}, op)}}
 print(json.dumps({{"ops": ops, "keys": keys}}))
