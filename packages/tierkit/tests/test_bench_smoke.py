@@ -21,6 +21,7 @@ SECTIONS = {
     "silu",
     "rms",
     "percall",
+    "entries",
 }
 NEEDS = ("numpy", "torch", "tierkit_bridge", "tierkit_torch", "tierkit_torch_stable")
 
@@ -43,7 +44,9 @@ def quick_run(tmp_path_factory):
 
 def test_progress_is_reported(quick_run):
     _, proc = quick_run
-    assert "(1/12) stream" in proc.stderr and "(12/12) rms" in proc.stderr
+    assert (
+        "(1/13) stream" in proc.stderr and "(12/13) rms" in proc.stderr and "(13/13) entries" in proc.stderr
+    )
 
 
 def test_json_schema(quick_run):

@@ -40,7 +40,10 @@ def markdown(results: dict) -> str:
     ]
     for number, (name, section) in enumerate(SECTIONS.items(), 1):
         out += ["", f"## {number}. {section.TITLE}", ""]
-        why = results["sections"].get(name, {}).get("skipped")
+        if name not in results["sections"]:  # results of a bench older than the section
+            out += ["Not measured: these results come from a run before this section existed.", ""]
+            continue
+        why = results["sections"][name].get("skipped")
         if why:
             out += [f"Skipped: {why}.", ""]
         out += section.markdown(results)

@@ -13,6 +13,7 @@ from . import (
     allocation,
     boundary,
     dispatch,
+    entries,
     exports,
     gil,
     gpu,
@@ -38,6 +39,7 @@ SECTIONS = {
     "stable_abi": stable_abi,
     "silu": silu,
     "rms": rms,
+    "entries": entries,
 }
 
 __all__ = ["SECTIONS", "Config", "Skip"]
