@@ -88,8 +88,44 @@ bool meet(const tierkit::TensorView& a, const tierkit::TensorView& b) {
   return sa.lo && sb.lo && sa.lo < sb.hi && sb.lo < sa.hi;
 }
 
+// dst[k] = src[k] converted (through src's compute type), both C-contiguous, the same length.
+void convert_into(const tierkit::TensorView& src, const tierkit::TensorView& dst) {
+  tierkit::dispatch_accepted(src.dtype(), "x", [&](auto s) {
+    using S = decltype(s);
+    tierkit::dispatch_accepted(dst.dtype(), "out", [&](auto t) {
+      using D = decltype(t);
+      const S* in = static_cast<const S*>(src.data());
+      D* out = static_cast<D*>(dst.data());
+      for (std::int64_t k = 0; k < src.numel(); ++k)
+        out[k] = static_cast<D>(static_cast<tierkit::compute_t<S>>(in[k]));
+    });
+  });
+}
+
+Buffer converted(const tierkit::TensorView& v, tierkit::DType dtype) {
+  Buffer b = Buffer::empty(v.shape(), dtype, false);
+  convert_into(v, b.view());
+  return b;
+}
+
 void run_kernel(const tierkit::TensorView& x, const tierkit::TensorView* w, double eps,
                 const tierkit::TensorView& y) {
+  if (w && w->dtype() != x.dtype()) {
+    // A weight of another float dtype, as aten's F.rms_norm computes it: in
+    // x's compute type (float32 for float16 x; float64 where the weight is),
+    // the weight converted to it, the result rounded to x's dtype (torch-cpu's
+    // rows.h MixedRows).
+    const bool wide = x.dtype() == tierkit::DType::Float64 || w->dtype() == tierkit::DType::Float64;
+    const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
+    const Buffer wc = converted(*w, c);
+    const tierkit::TensorView wv = wc.view();
+    if (c == x.dtype()) return run_kernel(x, &wv, eps, y);
+    const Buffer xc = converted(x, c);
+    Buffer yc = Buffer::empty(x.shape(), c, false);
+    run_kernel(xc.view(), &wv, eps, yc.view());
+    convert_into(yc.view(), y);
+    return;
+  }
   const std::int64_t d = x.shape()[x.rank() - 1];
   const std::int64_t rows = d == 0 ? 0 : x.numel() / d;
   const unsigned threads = max_threads();
@@ -123,10 +159,9 @@ py::object rms_norm(const py::handle& x, const py::handle& weight, const py::han
   if (!weight.is_none()) {
     aw = import(weight, "weight", false);
     const tierkit::TensorView& w = aw->view();
-    if (w.dtype() != vx.dtype())
-      throw py::type_error(std::string(kOp) + "weight: expected dtype " +
-                           std::string(tierkit::dtype_name(vx.dtype())) + " (same as x), got " +
-                           std::string(tierkit::dtype_name(w.dtype())));
+    if (!tierkit::is_accepted(w.dtype()))  // any float dtype, as aten's: the result keeps x's
+      throw py::type_error(std::string(kOp) + "weight: expected dtype " + tierkit::accepted_dtype_names() +
+                           ", got " + std::string(tierkit::dtype_name(w.dtype())));
     if (w.rank() != 1 || w.shape()[0] != d)
       throw py::value_error(std::string(kOp) + "weight: expected shape (" + std::to_string(d) +
                             ",) (x's last dimension), got " + py_shape(w.shape()));

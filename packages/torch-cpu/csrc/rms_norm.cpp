@@ -5,6 +5,7 @@
 // fixed reduction order per row, float accumulation for 16-bit inputs, rows
 // split by at::parallel_for. Checks name the argument, as every op's do.
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
@@ -48,6 +49,10 @@ std::tuple<at::Tensor, at::Tensor> forward(const char* op, const at::Tensor& x_i
   check_rows(op, x_in, weight_in, c10::DeviceType::CPU);
   const Rows r = rows_of(x_in);
   const double eps = eps_or_default(x_in, eps_in);
+  if (const MixedRows mixed(x_in, weight_in); mixed.active) {
+    auto [y, rstd] = forward(op, mixed.in(x_in), mixed.in(weight_in), eps);
+    return {mixed.result(y), mixed.rstd_out(rstd)};
+  }
   const at::Tensor x = x_in.contiguous();
   const auto w = contiguous(weight_in);
   at::Tensor y = fresh_like(x);
@@ -82,6 +87,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& grad_
   TORCH_CHECK(rstd_in.scalar_type() == rstd_dtype(x_in) && rstd_in.numel() == r.rows, op, ": rstd: expected ",
               r.rows, " values of dtype ", dtype_name(rstd_dtype(x_in)), " (from _rms_norm_forward), got ",
               rstd_in.numel(), " of ", dtype_name(rstd_in.scalar_type()));
+  if (const MixedRows mixed(x_in, weight_in); mixed.active) {
+    auto [dx, dw] =
+        rms_norm_backward_cpu(mixed.in(grad_in), mixed.in(x_in), mixed.in(weight_in), mixed.rstd_in(rstd_in));
+    return {mixed.result(dx), dw.to(weight_in->scalar_type())};  // each gradient in its input's dtype
+  }
   const at::Tensor x = x_in.contiguous(), grad = grad_in.contiguous(), rstd = rstd_in.contiguous();
   const auto w = contiguous(weight_in);
   at::Tensor dx = fresh_like(x);
@@ -109,6 +119,12 @@ at::Tensor add_forward(const char* op, const at::Tensor& x_in, const at::Tensor&
   const Rows r = rows_of(x_in);
   check_like(op, residual_in, "residual", x_in, "x");
   const double eps = eps_or_default(x_in, eps_in);
+  if (const MixedRows mixed(x_in, weight_in); mixed.active) {
+    const at::Tensor h = at::add(x_in, residual_in);  // rounded to the dtype, as the fused pass rounds it
+    at::Tensor y = std::get<0>(forward(op, h, weight_in, eps));
+    h_out.copy_(h);
+    return y;
+  }
   const at::Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
   const auto w = contiguous(weight_in);
   at::Tensor y = fresh_like(x);

@@ -347,3 +347,92 @@ def test_only_what_the_derivative_needs_is_saved(ns, op):
         call(ns, op, *inputs)
     # The inputs its derivatives read, as aten's add and mul(x, scalar) save 0, mul saves 2.
     assert len(packed) == len(find(op).saved)
+
+
+# ---- the row reductions with a weight of another float dtype, as aten's F.rms_norm ----
+
+MIXED = [
+    (torch.bfloat16, torch.float32),  # the autocast block: bfloat16 activations, float32 weights
+    (torch.float16, torch.float32),
+    (torch.float16, torch.bfloat16),
+    (torch.float32, torch.float64),
+    (torch.float64, torch.float32),
+    (torch.float32, torch.bfloat16),
+]
+MIXED_IDS = [f"{str(a)[6:]}-x-{str(b)[6:]}-weight" for a, b in MIXED]
+
+
+def _mixed_inputs(xd, wd, requires_grad=False):
+    g = torch.Generator().manual_seed(11)  # its own: the same values whatever ran before
+    x = (torch.randn(6, 5, 64, generator=g) * 3).to(xd).requires_grad_(requires_grad)
+    w = (torch.randn(64, generator=g) * 2).to(wd).requires_grad_(requires_grad)
+    return x, w
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+@pytest.mark.parametrize(("xd", "wd"), MIXED, ids=MIXED_IDS)
+def test_rms_norm_with_a_weight_of_another_dtype_is_aten(ns, xd, wd):
+    x, w = _mixed_inputs(xd, wd)
+    ops = getattr(torch.ops, ns)
+    want = torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+    got = ops.rms_norm(x, w, 1e-6)
+    assert got.dtype == want.dtype == xd and got.shape == want.shape
+    torch.testing.assert_close(got, want)
+    # Against float64: no further from it than aten is (largest error, within
+    # 2 ulps of x's dtype: float64 sums in float64 in another order than aten's).
+    exact = torch.nn.functional.rms_norm(x.double(), (64,), w.double(), 1e-6)
+    ulp = 2 * torch.finfo(xd).eps * exact.abs().max()
+    assert (got.double() - exact).abs().max() <= (want.double() - exact).abs().max() + ulp
+    # The fused forms: h rounded to x's dtype, then the same norm.
+    r = torch.randn(6, 5, 64, generator=torch.Generator().manual_seed(12)).to(xd)
+    y, h = ops.add_rms_norm(x, r, w, 1e-6)
+    assert torch.equal(h, x + r) and y.dtype == xd
+    torch.testing.assert_close(y, torch.nn.functional.rms_norm(x + r, (64,), w, 1e-6))
+    r2 = r.clone()
+    torch.testing.assert_close(ops.add_rms_norm_(x, r2, w, 1e-6), y, rtol=0, atol=0)
+    assert torch.equal(r2, h)
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+@pytest.mark.parametrize(("xd", "wd"), MIXED, ids=MIXED_IDS)
+def test_rms_norm_gradients_with_a_weight_of_another_dtype(ns, xd, wd):
+    x, w = _mixed_inputs(xd, wd, requires_grad=True)
+    ours = getattr(torch.ops, ns).rms_norm(x, w, 1e-6)
+    theirs = torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+    g = torch.randn(6, 5, 64, generator=torch.Generator().manual_seed(13)).to(xd)
+    gx, gw = torch.autograd.grad(ours, (x, w), g)
+    ax, aw = torch.autograd.grad(theirs, (x, w), g)
+    assert (gx.dtype, gw.dtype) == (ax.dtype, aw.dtype) == (xd, wd)
+    # 16-bit gradients: aten rounds its intermediate steps to x's dtype, tierkit
+    # keeps them in float; compared against float64 instead where they differ.
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ex, ew = torch.autograd.grad(torch.nn.functional.rms_norm(x64, (64,), w64, 1e-6), (x64, w64), g.double())
+    for ours_g, aten_g, exact in ((gx, ax, ex), (gw, aw, ew)):
+        tol = 4 * torch.finfo(ours_g.dtype).eps * exact.abs().max()
+        assert (ours_g.double() - exact).abs().max() <= (aten_g.double() - exact).abs().max() + tol
+
+
+@pytest.mark.parametrize("ns", NAMESPACES)
+def test_rms_norm_mixed_dtypes_under_autocast_fakes_and_compile(ns):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    ops = getattr(torch.ops, ns)
+    x, w = _mixed_inputs(torch.bfloat16, torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # Qwen3's q_norm under autocast: once refused
+        got, want = ops.rms_norm(x, w, 1e-6), torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)
+    with FakeTensorMode() as mode:
+        fake = ops.rms_norm(mode.from_tensor(x), mode.from_tensor(w), 1e-6)
+        fdx, fdw = ops._rms_norm_backward(
+            mode.from_tensor(x),
+            mode.from_tensor(x),
+            mode.from_tensor(w),
+            mode.from_tensor(torch.ones(6, 5, 1)),
+        )
+    assert (fake.dtype, fake.shape) == (got.dtype, got.shape)
+    assert (fdx.dtype, fdw.dtype) == (torch.bfloat16, torch.float32)
+    compiled = torch.compile(lambda a, b: ops.rms_norm(a, b, 1e-6), fullgraph=True)
+    torch.testing.assert_close(compiled(x, w), ops.rms_norm(x, w, 1e-6), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=rf"{ns}::rms_norm: weight: expected dtype .*, got int32"):
+        ops.rms_norm(x, torch.ones(64, dtype=torch.int32))

@@ -100,8 +100,8 @@ ERRORS = [
     ),
     (lambda d: (torch.ones(3, 4, device=d), torch.ones(2, 2, device=d)), r"weight: expected shape \[4\]"),
     (
-        lambda d: (torch.ones(3, 4, device=d), torch.ones(4, dtype=torch.float64, device=d)),
-        r"weight: expected dtype float32 \(same as x\), got float64",
+        lambda d: (torch.ones(3, 4, device=d), torch.ones(4, dtype=torch.int32, device=d)),
+        r"weight: expected dtype float32, float64, float16 or bfloat16, got int32",
     ),
 ]
 

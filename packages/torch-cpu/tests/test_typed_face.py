@@ -97,3 +97,16 @@ def test_errors_are_the_overloads():
     with pytest.raises(RuntimeError) as via_op:
         torch.ops.tierkit.custom_add(torch.randn(2), torch.randn(3))
     assert str(via_face.value) == str(via_op.value)
+
+
+def test_rmsnorm_module_with_float32_weights_takes_bfloat16_input_like_torch():
+    # The mixed-precision block: a float32 module, bfloat16 activations (autocast).
+    torch.manual_seed(0)
+    ours, theirs = tierkit_torch.RMSNorm(64, eps=1e-6), torch.nn.RMSNorm(64, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.copy_(torch.randn(64))
+        theirs.weight.copy_(ours.weight)
+    x = torch.randn(4, 64).bfloat16()
+    got, want = ours(x), theirs(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want)

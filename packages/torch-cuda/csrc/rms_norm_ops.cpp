@@ -6,6 +6,7 @@
 // Autograd is torch-cpu's (its Autograd kernel calls _rms_norm_forward and
 // _rms_norm_backward, which dispatch here for CUDA tensors).
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -44,6 +45,11 @@ cudaStream_t stream_of(const at::Tensor& x) {
 std::tuple<at::Tensor, at::Tensor> forward(const char* op, const at::Tensor& x_in, const OptTensor& weight_in,
                                            std::optional<double> eps_in) {
   tierkit_torch::check_rows(op, x_in, weight_in, kCUDA);
+  if (const tierkit_torch::MixedRows mixed(x_in, weight_in); mixed.active) {  // a weight of another dtype
+    auto [y, rstd] =
+        forward(op, mixed.in(x_in), mixed.in(weight_in), tierkit_torch::eps_or_default(x_in, eps_in));
+    return {mixed.result(y), mixed.rstd_out(rstd)};
+  }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const Rows r = tierkit_torch::rows_of(x_in);
   const at::Tensor x = x_in.contiguous();
@@ -84,6 +90,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_cuda(const at::Tensor& grad
               op, ": rstd: expected ", r.rows, " values of dtype ", tierkit_torch::dtype_name(wide), " on ",
               x_in.device(), " (from _rms_norm_forward), got ", rstd_in.numel(), " of ",
               tierkit_torch::dtype_name(rstd_in.scalar_type()), " on ", rstd_in.device());
+  if (const tierkit_torch::MixedRows mixed(x_in, weight_in); mixed.active) {
+    auto [dx, dw] = rms_norm_backward_cuda(mixed.in(grad_in), mixed.in(x_in), mixed.in(weight_in),
+                                           mixed.rstd_in(rstd_in));
+    return {mixed.result(dx), dw.to(weight_in->scalar_type())};  // each gradient in its input's dtype
+  }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous(), grad = grad_in.contiguous(), rstd = rstd_in.contiguous();
   const OptTensor w = contiguous(weight_in);
@@ -111,6 +122,12 @@ at::Tensor add_forward(const char* op, const at::Tensor& x_in, const at::Tensor&
                        const OptTensor& weight_in, std::optional<double> eps_in, const at::Tensor& h_out) {
   tierkit_torch::check_rows(op, x_in, weight_in, kCUDA);
   tierkit_torch::check_like(op, residual_in, "residual", x_in, "x");
+  if (const tierkit_torch::MixedRows mixed(x_in, weight_in); mixed.active) {
+    const at::Tensor h = at::add(x_in, residual_in);  // rounded to the dtype, as the fused pass rounds it
+    at::Tensor y = std::get<0>(forward(op, h, weight_in, eps_in));
+    h_out.copy_(h);
+    return y;
+  }
   const c10::cuda::CUDAGuard guard(x_in.device());
   const Rows r = tierkit_torch::rows_of(x_in);
   const at::Tensor x = x_in.contiguous(), residual = residual_in.contiguous();

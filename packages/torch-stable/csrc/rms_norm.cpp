@@ -47,9 +47,7 @@ void check_rows(const char* op, const Tensor& x, const OptTensor& weight) {
   if (!(w.device() == x.device()))
     fail(op,
          "weight: expected device " + device_str(x.device()) + " (same as x), got " + device_str(w.device()));
-  if (w.scalar_type() != x.scalar_type())
-    fail(op, "weight: expected dtype " + dtype_name(x.scalar_type()) + " (same as x), got " +
-                 dtype_name(w.scalar_type()));
+  check_dtype(op, w, "weight");  // any float dtype, as aten's F.rms_norm: the output keeps x's (MixedRows)
   const int64_t d = x.sizes()[x.dim() - 1];
   if (w.dim() != 1 || w.sizes()[0] != d)
     fail(op, "weight: expected shape [" + std::to_string(d) + "] (x's last dimension), got " +
@@ -102,6 +100,28 @@ struct RowRunner {
   }
 };
 
+// A weight of another float dtype than x's, computed as aten's F.rms_norm
+// computes it (torch-cpu's include/tierkit_torch/rows.h says why and how):
+// a same-dtype call in x's compute type (double where the weight is double),
+// the result narrowed to x's dtype, rstd kept in the dtype the schema gives x.
+struct MixedRows {
+  bool active = false;
+  ScalarType x_dtype, compute;
+
+  MixedRows(const Tensor& x, const OptTensor& weight) : x_dtype(x.scalar_type()), compute(ScalarType::Float) {
+    active = has(weight) && weight->scalar_type() != x_dtype;
+    if (x_dtype == ScalarType::Double || (active && weight->scalar_type() == ScalarType::Double))
+      compute = ScalarType::Double;
+  }
+  Tensor in(const Tensor& t) const { return t.scalar_type() == compute ? t : torch::stable::to(t, compute); }
+  OptTensor in(const OptTensor& t) const { return has(t) ? OptTensor(in(*t)) : t; }
+  Tensor result(const Tensor& t) const { return torch::stable::to(t, x_dtype); }
+  Tensor rstd_out(const Tensor& rstd) const {
+    const ScalarType want = x_dtype == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
+    return rstd.scalar_type() == want ? rstd : torch::stable::to(rstd, want);
+  }
+};
+
 template <typename F>
 void dispatch(const char* op, const Tensor& x, const F& f) {
   core_check(op, [&] { tierkit::dispatch_accepted(dtype_of(x), "x", [&](auto tag) { f(tag); }); });
@@ -112,6 +132,10 @@ std::tuple<Tensor, Tensor> forward(const char* op, const Tensor& x_in, const Opt
   check_rows(op, x_in, weight);
   const Rows r = rows_of(x_in);
   const double eps = eps_or_default(x_in, eps_in);
+  if (const MixedRows mixed(x_in, weight); mixed.active) {
+    auto [y, rstd] = forward(op, mixed.in(x_in), mixed.in(weight), eps);
+    return {mixed.result(y), mixed.rstd_out(rstd)};
+  }
   const Tensor x = as_contiguous(x_in);
   const OptTensor w = as_contiguous(weight);
   Tensor y = fresh_like(x);
@@ -143,6 +167,10 @@ std::tuple<Tensor, Tensor> rms_norm_backward(Tensor grad_in, Tensor x_in, OptTen
     fail(op, "rstd: expected " + std::to_string(r.rows) + " values of dtype " + dtype_name(rstd_dtype(x_in)) +
                  " (from _rms_norm_forward), got " + std::to_string(rstd_in.numel()) + " of " +
                  dtype_name(rstd_in.scalar_type()));
+  if (const MixedRows mixed(x_in, weight); mixed.active) {
+    auto [dx, dw] = rms_norm_backward(mixed.in(grad_in), mixed.in(x_in), mixed.in(weight), mixed.in(rstd_in));
+    return {mixed.result(dx), torch::stable::to(dw, weight->scalar_type())};  // each in its input's dtype
+  }
   const Tensor x = as_contiguous(x_in), grad = as_contiguous(grad_in), rstd = as_contiguous(rstd_in);
   const OptTensor w = as_contiguous(weight);
   Tensor dx = fresh_like(x);
@@ -171,6 +199,11 @@ Tensor add_forward(const char* op, const Tensor& x_in, const Tensor& residual_in
   const Rows r = rows_of(x_in);
   check_like(op, residual_in, "residual", x_in, "x");
   const double eps = eps_or_default(x_in, eps_in);
+  if (const MixedRows mixed(x_in, weight); mixed.active) {
+    // h = x + residual rounded to the dtype (the fused pass without a weight), then the mixed rms_norm.
+    add_forward(op, x_in, residual_in, std::nullopt, eps, h_out);
+    return std::get<0>(forward(op, h_out, weight, eps));
+  }
   const Tensor x = as_contiguous(x_in), residual = as_contiguous(residual_in);
   const OptTensor w = as_contiguous(weight);
   Tensor y = fresh_like(x);

@@ -79,15 +79,20 @@ inline void check_defined(const char* op, const Tensor& t, const char* name) {
 }
 
 // The first input fixes device, dtype and shape for the rest.
-inline void check_first(const char* op, const Tensor& t, const char* name) {
-  check_defined(op, t, name);
-  if (t.device().type() != DeviceType::CPU)
-    fail(op, std::string(name) + ": expected a CPU tensor, got one on " + device_str(t.device()));
+// A dtype the kernels compute (core's wording: "expected dtype float32, ...").
+inline void check_dtype(const char* op, const Tensor& t, const char* name) {
   core_check(op, [&] {
     tierkit::DType d;
     if (!core_dtype(t.scalar_type(), &d)) tierkit::checks::unknown_dtype(name, dtype_name(t.scalar_type()));
     tierkit::checks::accepted_dtype(name, d);
   });
+}
+
+inline void check_first(const char* op, const Tensor& t, const char* name) {
+  check_defined(op, t, name);
+  if (t.device().type() != DeviceType::CPU)
+    fail(op, std::string(name) + ": expected a CPU tensor, got one on " + device_str(t.device()));
+  check_dtype(op, t, name);
 }
 
 inline std::vector<std::int64_t> sizes_of(const Tensor& t) {

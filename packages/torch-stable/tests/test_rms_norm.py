@@ -78,8 +78,8 @@ ERRORS = [
         r"weight: expected shape \[4\] .*got \[5\]",
     ),
     (
-        (lambda d: (torch.ones(3, 4, device=d), torch.ones(4, dtype=torch.float64, device=d))),
-        r"weight: expected dtype float32 \(same as x\), got float64",
+        (lambda d: (torch.ones(3, 4, device=d), torch.ones(4, dtype=torch.int32, device=d))),
+        r"weight: expected dtype float32, float64, float16 or bfloat16, got int32",
     ),
 ]
 

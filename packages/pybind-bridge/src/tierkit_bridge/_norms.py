@@ -35,8 +35,9 @@ def rms_norm(x: Any, weight: Any = None, eps: float | None = None, *, out: Any =
     ``eps`` defaults to torch's: float32's machine epsilon (float64's for
     float64 input). 16-bit inputs accumulate in float32; every row is reduced
     in one fixed order, so the result does not depend on the thread count.
-    ``weight``: x's dtype, shape ``(x.shape[-1],)``; it is read as it was at
-    the call, even where it lies in ``out``. Returns a new array presented
+    ``weight``: shape ``(x.shape[-1],)``, any float dtype (a float32 weight
+    with float16 ``x`` is computed in float32, as torch's: the result keeps
+    x's dtype); it is read as it was at the call, even where it lies in ``out``. Returns a new array presented
     like ``x``, or writes into ``out`` (x's shape and dtype, any layout) and
     returns it. Masked arrays are refused.
     """

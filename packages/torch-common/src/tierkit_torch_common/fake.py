@@ -240,10 +240,8 @@ def row_reduction_checks(
             return
         if weight.device != x.device:
             raise RuntimeError(f"{op}: weight: expected device {x.device} (same as x), got {weight.device}")
-        if weight.dtype != x.dtype:
-            raise RuntimeError(
-                f"{op}: weight: expected dtype {_name(x.dtype)} (same as x), got {_name(weight.dtype)}"
-            )
+        if weight.dtype not in accepted:  # any float dtype, as aten's: the output keeps x's
+            raise RuntimeError(f"{op}: weight: expected dtype {accepted_text}, got {_name(weight.dtype)}")
         torch._check(
             weight.dim() == 1 and weight.shape[0] == x.shape[-1],
             lambda: (

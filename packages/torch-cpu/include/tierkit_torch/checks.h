@@ -63,16 +63,21 @@ inline void check_defined(const char* op, const at::Tensor& t, const char* name)
   TORCH_CHECK(t.defined(), op, ": ", name, ": expected a defined tensor, got an undefined one");
 }
 
-// The first input fixes device, dtype and shape for the rest.
-inline void check_first(const char* op, const at::Tensor& t, const char* name, c10::DeviceType device) {
-  check_defined(op, t, name);
-  TORCH_CHECK(t.device().type() == device, op, ": ", name, ": expected a ", c10::DeviceTypeName(device, true),
-              " tensor, got one on ", t.device());
+// A dtype the kernels compute (core's wording: "expected dtype float32, ...").
+inline void check_dtype(const char* op, const at::Tensor& t, const char* name) {
   core_check(op, [&] {
     const auto* d = core_dtype_info(t.scalar_type());
     if (!d) tierkit::checks::unknown_dtype(name, dtype_name(t.scalar_type()));
     tierkit::checks::accepted_dtype(name, d->dtype);
   });
+}
+
+// The first input fixes device, dtype and shape for the rest.
+inline void check_first(const char* op, const at::Tensor& t, const char* name, c10::DeviceType device) {
+  check_defined(op, t, name);
+  TORCH_CHECK(t.device().type() == device, op, ": ", name, ": expected a ", c10::DeviceTypeName(device, true),
+              " tensor, got one on ", t.device());
+  check_dtype(op, t, name);
 }
 
 inline void check_like(const char* op, const at::Tensor& t, const char* name, const at::Tensor& ref,

@@ -31,8 +31,8 @@ inline void check_rows(const char* op, const at::Tensor& x, const std::optional<
     const at::Tensor& w = *weight;
     TORCH_CHECK(w.device() == x.device(), op, ": weight: expected device ", x.device(), " (same as x), got ",
                 w.device());
-    TORCH_CHECK(w.scalar_type() == x.scalar_type(), op, ": weight: expected dtype ",
-                dtype_name(x.scalar_type()), " (same as x), got ", dtype_name(w.scalar_type()));
+    // Any float dtype, as aten's F.rms_norm: the output keeps x's (mixed_rows below).
+    check_dtype(op, w, "weight");
     TORCH_CHECK(w.dim() == 1 && w.sym_size(0) == x.sym_size(-1), op, ": weight: expected shape [",
                 x.sym_size(-1), "] (x's last dimension), got ", w.sym_sizes());
   }
@@ -64,6 +64,38 @@ inline std::optional<at::Tensor> weight_as_called(const std::optional<at::Tensor
   if (at::get_overlap_status(*weight, written) == at::MemOverlapStatus::No) return weight;
   return weight->clone(at::MemoryFormat::Contiguous);
 }
+
+// A weight of another float dtype than x's (a float32 weight with bfloat16
+// activations: the mixed-precision block of every model trained under
+// autocast), computed as aten's F.rms_norm computes it: in x's compute type
+// (float for 16-bit x), or in double where the weight is double (aten then
+// multiplies and reduces the weight's gradient in double), the result rounded
+// to x's dtype and each gradient to its input's. The kernels take one dtype,
+// so such a call becomes a same-dtype call in that compute type: `in` gives
+// the tensors to pass (converted where their dtype differs), `result` narrows
+// an output back to x's dtype, `rstd_out`/`rstd_in` keep rstd in the dtype
+// the schema promises for x. Costs the conversions' passes over memory; a
+// call with matching dtypes never takes it.
+struct MixedRows {
+  bool active = false;
+  at::ScalarType x_dtype = at::kFloat, compute = at::kFloat;
+
+  MixedRows(const at::Tensor& x, const std::optional<at::Tensor>& weight) : x_dtype(x.scalar_type()) {
+    active = weight && weight->defined() && weight->scalar_type() != x.scalar_type();
+    const bool wide = x_dtype == at::kDouble || (active && weight->scalar_type() == at::kDouble);
+    compute = wide ? at::kDouble : at::kFloat;
+  }
+  at::Tensor in(const at::Tensor& t) const { return t.to(compute); }
+  std::optional<at::Tensor> in(const std::optional<at::Tensor>& t) const {
+    if (!t || !t->defined()) return t;
+    return t->to(compute);
+  }
+  at::Tensor result(const at::Tensor& t) const { return t.to(x_dtype); }
+  at::Tensor rstd_out(const at::Tensor& rstd) const {
+    return rstd.to(x_dtype == at::kDouble ? at::kDouble : at::kFloat);
+  }
+  at::Tensor rstd_in(const at::Tensor& rstd) const { return rstd.to(compute); }
+};
 
 // x's rows (every leading dim) and their length d (the last dim), for the kernels.
 struct Rows {

@@ -20,8 +20,9 @@ class RMSNorm(torch.nn.Module):
     Arguments as ``torch.nn.RMSNorm``'s; ``normalized_shape`` must name one
     dimension (tierkit's kernels normalise the last). ``eps=None`` is
     torch's default (the compute type's machine epsilon). The weight has the
-    module's dtype; inputs must have the same (no mixed precision inside
-    the op: cast the module, as ``model.to(torch.bfloat16)`` does).
+    module's dtype; an input of another float dtype is computed as
+    ``torch.nn.RMSNorm`` computes it (a float32 weight under bfloat16
+    autocast: in float32, the output in the input's dtype).
     ``torch.jit.script`` compiles it, as ``torch.nn.RMSNorm``.
     """
 
