@@ -162,3 +162,26 @@ def test_backward_scratch_is_capped_like_the_cpu():
     want_dx, want_dw = ops._rms_norm_backward(g.cpu(), x.cpu(), w.cpu(), rstd.cpu())
     close(dx, want_dx, torch.float32, 4)
     close(dw, want_dw, torch.float32, 64)
+
+
+@pytest.mark.parametrize(
+    ("xd", "wd"),
+    [(torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16), (torch.float32, torch.float64)],
+)
+def test_a_weight_of_another_dtype_matches_the_cpu(xd, wd):
+    # As aten's F.rms_norm: computed in x's compute type, output in x's dtype,
+    # each gradient in its input's (torch-cpu's rows.h MixedRows, shared).
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(33, 1000, generator=g) * 3).to(xd)
+    w = torch.randn(1000, generator=g).to(wd)
+    got = ops.rms_norm(x.cuda(), w.cuda(), 1e-6)
+    assert got.dtype == xd
+    close(got, ops.rms_norm(x, w, 1e-6), xd)
+    close(got, torch.nn.functional.rms_norm(x.cuda(), (1000,), w.cuda(), 1e-6), xd)
+    xc, wc = x.cuda().requires_grad_(), w.cuda().requires_grad_()
+    dx, dw = torch.autograd.grad(ops.rms_norm(xc, wc, 1e-6).sum(), (xc, wc))
+    assert (dx.dtype, dw.dtype) == (xd, wd)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ex, ew = torch.autograd.grad(ops.rms_norm(xr, wr, 1e-6).sum(), (xr, wr))
+    close(dx, ex, xd, scale=4.0)
+    close(dw, ew, wd, scale=4.0)
