@@ -81,7 +81,7 @@ std::array<at::Tensor, N + 1> with_output(const std::array<at::Tensor, N>& in, c
   return all;
 }
 
-// An op's functor F (core's kernels.h) with its float arguments, as core's
+// An op's functor F (core's functors.h) with its float arguments, as core's
 // view kernel and core's pointer loop (run_views picks).
 template <template <typename> class F, std::size_t M>
 struct FunctorKernel {

@@ -1,4 +1,5 @@
-// The CUDA kernels: one elementwise template, two loops.
+// The CUDA kernels: one elementwise template, two loops, running the op
+// table's functors (functors.cuh, the arithmetic a contributor writes).
 //  * contiguous: 16-byte vector loads/stores when every pointer is 16-byte
 //    aligned (4 float, 2 double, 8 half/bfloat16 per access), then a scalar
 //    tail; a grid-stride loop with 64-bit indices so tensors past 2^31
@@ -16,48 +17,11 @@
 #include <utility>
 
 #include "device_math.cuh"
+#include "functors.cuh"
 #include "launch.h"
 
 namespace tierkit_cuda {
 namespace {
-
-// Operation functors over the compute type C; unary ones ignore `b`.
-template <typename C>
-struct AddF {
-  __device__ C operator()(C a, C b) const { return add_rn(a, b); }
-};
-template <typename C>
-struct MulF {
-  __device__ C operator()(C a, C b) const { return mul_rn(a, b); }
-};
-template <typename C>
-struct ScaleShiftF {
-  C alpha, beta;
-  __device__ C operator()(C x, C) const { return add_rn(mul_rn(alpha, x), beta); }
-};
-template <typename C>
-struct MulAddF {
-  C c;
-  __device__ C operator()(C a, C b) const { return add_rn(mul_rn(a, b), c); }
-};
-// silu(a) * b with core's formula (kernels.h SiluMulOp) and ATen's CUDA
-// silu's: a / (1 + exp(-a)), then * b; 16-bit types round once from float.
-// expf/exp are CUDA's accurate ones (2 ulp / 1 ulp; not __expf, whose error
-// grows with |x|: 2 + 1.17|x| ulp); the division is IEEE round-to-nearest
-// (__fdiv_rn/__ddiv_rn, whatever -prec-div says). exp's polynomial and the
-// division's refinement use FFMA/DFMA internally (as eager's kernel does),
-// so this functor's kernels cannot pass the no-FFMA rule of
-// tests/test_sass.py, which is about a*b+c rounding twice where an op
-// promises eager's roundings; the 1 + e, the division and * b here are
-// still the separately rounded _rn forms.
-template <typename C>
-struct SiluMulF {
-  static __device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-  static __device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
-  static __device__ __forceinline__ float exp_(float x) { return expf(x); }
-  static __device__ __forceinline__ double exp_(double x) { return exp(x); }
-  __device__ C operator()(C a, C b) const { return mul_rn(div_rn(a, add_rn(C(1), exp_(-a))), b); }
-};
 
 template <typename T, int N>
 struct alignas(16) Vec {

@@ -1,4 +1,6 @@
-// Elementwise kernels, templated on the element type.
+// Elementwise kernels, templated on the element type: the loops that run
+// the op table's functors (tierkit/functors.h, the arithmetic a contributor
+// writes), apart from them.
 //
 // Two layers:
 //  * contiguous range loops (`add(a, b, out, n)` ...) written so the compiler
@@ -24,6 +26,7 @@
 #include "tierkit/checks.h"
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
+#include "tierkit/functors.h"
 #include "tierkit/op_table.h"
 #include "tierkit/parallel.h"
 #include "tierkit/view.h"
@@ -53,70 +56,6 @@
 namespace tierkit::kernels {
 
 // ---- contiguous loops ------------------------------------------------------
-
-// The operations, written once over the compute type C: the arithmetic of
-// each op of the op table (tierkit/op_table.h names them), aggregates of the
-// op's float arguments in schema order, applied to one element per call.
-template <typename C>
-struct AddOp {
-  C operator()(C a, C b) const { return a + b; }
-};
-template <typename C>
-struct MulOp {
-  C operator()(C a, C b) const { return a * b; }
-};
-template <typename C>
-struct ScaleShiftOp {
-  C alpha, beta;
-  C operator()(C x) const { return alpha * x + beta; }
-};
-template <typename C>
-struct MulAddOp {
-  C c;
-  C operator()(C a, C b) const { return a * b + c; }
-};
-// silu(a) * b = a / (1 + exp(-a)) * b, the SwiGLU gate.
-//  * The formula is eager torch's (ATen's silu: x / (1 + exp(-x))), then * b
-//    as `F.silu(a) * b` does: for float and double the same roundings
-//    (1 + e, the division, the product) as eager, so special values come
-//    out as eager's bits (tests/silu_mul_eager_specials.h): silu(+inf) =
-//    inf, silu(-inf) = -inf / inf = NaN, silu(-0) = -0, and in float -0
-//    below -88.72, where exp(-a) overflows (exact: ~-2e-37 at -89; eager
-//    has the same error). a * (1 / (1 + e)) gives the same specials but
-//    one rounding more, and a subnormal 1 / e near a = -88.7.
-//  * exp is vmath::vexp_sigmoid for float: inline arithmetic, so the loop
-//    vectorizes (a call to expf keeps it scalar: 4x slower), with fused
-//    multiply-adds, so the loops that run it are compiled for FMA (std::fma
-//    is exactly rounded: every level, and the scalar code, give the same
-//    bits; without FMA hardware it is glibc's fmaf). It is exp within
-//    1.0103 ulp wherever 1 + exp(x) is not 1, which is all silu reads of
-//    it. Against the exp it replaced (vexp: no FMA, 1.0037 ulp) it takes half the
-//    instructions: float silu_mul over 2^14 in-cache elements on one Intel
-//    Xeon core, 1.05 -> 0.80 ns an element. std::exp for double (not a
-//    speed target).
-//  * 16-bit types compute in float and round once on store, like every
-//    kernel here. Eager rounds silu(a) to 16 bits before * b: twice, up to
-//    1.5 ulp (measured), where this is 0.5 ulp plus float's error (bfloat16
-//    0.498 ulp, float16 0.500). So it may differ from eager in the last
-//    bit, and where eager's rounded silu(a) is 0 and b large or infinite
-//    (eager 0 * inf = NaN or 0 * 1e30 = 0; here the float product, -inf or
-//    -4.6e-11).
-//  * silu(a) is `inner`, a function of a alone (see has_inner below): for
-//    16-bit storage the loops read it from a table of its 65536 values.
-template <typename C>
-struct SiluMulOp {
-  static constexpr bool kComputeBound = true;
-  static C exp_(C x) {
-    if constexpr (std::is_same_v<C, float>) {
-      return vmath::vexp_sigmoid(x);
-    } else {
-      return std::exp(x);
-    }
-  }
-  static C inner(C a) { return a / (C(1) + exp_(-a)); }
-  C outer(C silu_a, C b) const { return silu_a * b; }
-  C operator()(C a, C b) const { return outer(inner(a), b); }
-};
 
 // Ops whose arithmetic, not memory, limits their loops (an exp, a
 // division: SiluMulOp says so with kComputeBound): map_contiguous runs

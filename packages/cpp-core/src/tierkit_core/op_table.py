@@ -4,7 +4,8 @@ Like ATen's ``native_functions.yaml`` and ``derivatives.yaml`` in one: an
 entry declares an operator's schema, kind, arithmetic (the name of its core
 functor), derivatives, DTensor facts, autocast policy and documentation.
 What is *written* per operator is only the arithmetic: one functor in core
-(``tierkit/kernels.h``, CPU) and one in torch-cuda (``csrc/kernels.cu``).
+(``tierkit/functors.h``, CPU) and one in torch-cuda (``csrc/functors.cuh``),
+apart from the loops that run them (``tierkit/kernels.h``, ``csrc/kernels.cu``).
 Everything else is derived (see docs/adding-an-op.md):
 
 * C++: ``python -m tierkit_core.op_codegen`` writes ``tierkit/op_table.h``
