@@ -48,4 +48,16 @@ struct SiluMulF {
   __device__ C operator()(C a, C b) const { return mul_rn(div_rn(a, add_rn(C(1), exp_(-a))), b); }
 };
 
+// gelu_tanh(a) * b as core's GeluTanhMulOp computes it: a / (1 + exp(-z)),
+// z = 1.5957691216057308 (a + 0.044715 a^3) in the reference's order, every
+// step separately rounded (no contraction), SiluMulF's exp and division.
+template <typename C>
+struct GeluTanhMulF {
+  __device__ C operator()(C a, C b) const {
+    const C cube = mul_rn(mul_rn(mul_rn(C(0.044715), a), a), a);
+    const C z = mul_rn(C(1.5957691216057308), add_rn(a, cube));
+    return mul_rn(SiluMulF<C>::div_rn(a, add_rn(C(1), SiluMulF<C>::exp_(-z))), b);
+  }
+};
+
 }  // namespace tierkit_cuda

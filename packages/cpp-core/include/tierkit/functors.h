@@ -85,4 +85,28 @@ struct SiluMulOp {
   C operator()(C a, C b) const { return outer(inner(a), b); }
 };
 
+// gelu_tanh(a) * b = F.gelu(a, approximate="tanh") * b, the GeGLU gate.
+//  * 0.5 a (1 + tanh(u)), u = sqrt(2/pi) (a + 0.044715 a^3), is a *
+//    sigmoid(2u) = a / (1 + exp(-z)) with z = 2u: computed so, with
+//    SiluMulOp's exp. No tanh, so no cancellation where 1 + tanh(u) nears 0
+//    (a below about -3: eager's float result there is 0 or off in every
+//    digit; this one is within a few ulps of the exact value).
+//  * z is (((0.044715 a) a) a + a) * 1.5957691216057308 in that order, as the
+//    entry's reference formula evaluates it in torch, so the two see the same z.
+//  * Special values as eager's: gelu(+inf) = inf, gelu(-inf) = -inf / inf =
+//    NaN, gelu(-0) = -0, NaN passes; a^3 overflowing makes z +-inf, which
+//    gives a (large positive a) or -0 (large negative a), as eager.
+//  * `inner` (gelu_tanh(a)) is a function of a alone: the 16-bit loops read
+//    it from a table of its 65536 values.
+template <typename C>
+struct GeluTanhMulOp {
+  static constexpr bool kComputeBound = true;
+  static C inner(C a) {
+    const C z = C(1.5957691216057308) * (a + C(0.044715) * a * a * a);
+    return a / (C(1) + SiluMulOp<C>::exp_(-z));
+  }
+  C outer(C gelu_a, C b) const { return gelu_a * b; }
+  C operator()(C a, C b) const { return outer(inner(a), b); }
+};
+
 }  // namespace tierkit::kernels

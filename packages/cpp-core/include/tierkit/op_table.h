@@ -23,12 +23,14 @@ inline constexpr const char* kOpSchemas[] = {
     "scale_shift(Tensor x, float alpha, float beta) -> Tensor",
     "muladd(Tensor a, Tensor b, float c) -> Tensor",
     "silu_mul(Tensor a, Tensor b) -> Tensor",
+    "gelu_tanh_mul(Tensor a, Tensor b) -> Tensor",
     "add_out(Tensor a, Tensor b, Tensor(a!) out) -> Tensor(a!)",
     "custom_add.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)",
     "mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)",
     "scale_shift.out(Tensor x, float alpha, float beta, *, Tensor(a!) out) -> Tensor(a!)",
     "muladd.out(Tensor a, Tensor b, float c, *, Tensor(a!) out) -> Tensor(a!)",
     "silu_mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)",
+    "gelu_tanh_mul.out(Tensor a, Tensor b, *, Tensor(a!) out) -> Tensor(a!)",
     // The accepted dtypes' names (core's dtype table), for the Python side's checks.
     "_accepted_dtypes() -> str[]",
 };
@@ -50,7 +52,8 @@ inline constexpr const char* kRowReductionSchemas[] = {
   X(mul, Mul, 2, 0) \
   X(scale_shift, ScaleShift, 1, 2) \
   X(muladd, MulAdd, 2, 1) \
-  X(silu_mul, SiluMul, 2, 0)
+  X(silu_mul, SiluMul, 2, 0) \
+  X(gelu_tanh_mul, GeluTanhMul, 2, 0)
 
 // X(name, functional op, its Functor): ops that write into a given `out`, never resized.
 #define TIERKIT_OUT_WRITERS(X) \
@@ -197,6 +200,35 @@ struct silu_mul {
     switch (i) {
       case 0: return grad * b * sigmoid(a) * (1 + a * (1 - sigmoid(a)));
       case 1: return grad * silu(a);
+      default: return T();
+    }
+  }
+};
+
+// gelu_tanh_mul(Tensor a, Tensor b) -> Tensor: F.gelu(a, approximate="tanh") * b elementwise, the gate of GeGLU (Gemma)
+struct gelu_tanh_mul {
+  static constexpr const char* name = "gelu_tanh_mul";
+  static constexpr const char* node_name = "GeluTanhMulBackward0";
+  // The numpy bridge's function and its docstring (text signature first:
+  // inspect.signature and stubtest read it), and its exact twin's.
+  static constexpr const char* bridge_name = "gelu_tanh_mul";
+  static constexpr const char* bridge_exact_name = "_gelu_tanh_mul_exact";
+  static constexpr const char* bridge_doc = "gelu_tanh_mul($module, a, b, *, out=None)\n--\n\nF.gelu(a, approximate=\"tanh\") * b elementwise, the gate of GeGLU (Gemma), with numpy's broadcasting, promotion (np.result_type) and scalars; masked arrays keep their mask. Writes into ``out`` when given and returns it (cast into it under same_kind); else returns a new array in numpy's K order presented like the first input: numpy for numpy, torch for torch, a Buffer otherwise (zero-copy each way).";
+  static constexpr const char* bridge_exact_doc = "_gelu_tanh_mul_exact($module, a, b, *, out=None)\n--\n\ngelu_tanh_mul without numpy's general path.";
+  static constexpr std::array<const char*, 2> tensors = {"a", "b"};
+  static constexpr std::array<const char*, 0> scalars = {};
+  static constexpr std::array<bool, 2> differentiable = {true, true};
+  static constexpr std::array<bool, 2> saved = {true, true};
+  // Input i's gradient from the output's (before it is reduced to the
+  // input's shape and dtype); with `grad` an input's tangent, that input's
+  // term of the output's tangent (auto_element_wise).
+  template <typename T>
+  static T gradient(std::size_t i, const T& grad, const std::array<T, 2>& in, const std::array<double, 0>& sc) {
+    const T& a = in[0]; const T& b = in[1];
+    (void)a; (void)b; (void)sc;
+    switch (i) {
+      case 0: return grad * b * (sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a)) + a * sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a)) * (1 - sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a))) * 1.5957691216057308 * (1 + 0.134145 * a * a));
+      case 1: return grad * a * sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a));
       default: return T();
     }
   }

@@ -31,6 +31,12 @@ def _strs(items) -> str:
     return ", ".join(f'"{i}"' for i in items)
 
 
+def _c_text(text: str) -> str:
+    """`text` as the inside of a C++ string literal (a doc may hold quotes:
+    gelu_tanh_mul's `approximate="tanh"`)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _bools(items) -> str:
     return ", ".join("true" if i else "false" for i in items)
 
@@ -65,7 +71,7 @@ struct {op.name} {{
   // inspect.signature and stubtest read it), and its exact twin's.
   static constexpr const char* bridge_name = "{op.bridge}";
   static constexpr const char* bridge_exact_name = "_{op.bridge}_exact";
-  static constexpr const char* bridge_doc = "{op.bridge}($module, {params}, *, out=None)\\n--\\n\\n{op.doc}{_BRIDGE_RULES}";
+  static constexpr const char* bridge_doc = "{op.bridge}($module, {params}, *, out=None)\\n--\\n\\n{_c_text(op.doc)}{_BRIDGE_RULES}";
   static constexpr const char* bridge_exact_doc = "_{op.bridge}_exact($module, {params}, *, out=None)\\n--\\n\\n{op.bridge} without numpy's general path.";
   static constexpr std::array<const char*, {n}> tensors = {{{_strs(op.tensors)}}};
   static constexpr std::array<const char*, {m}> scalars = {{{_strs(op.scalars)}}};

@@ -181,6 +181,29 @@ OPS: tuple[Op, ...] = (
         # stays Partial; a Partial a never can (silu is not linear).
         linear_in=("b",),
     ),
+    Op(
+        name="gelu_tanh_mul",
+        args="Tensor a, Tensor b",
+        functor="GeluTanhMul",
+        doc='F.gelu(a, approximate="tanh") * b elementwise, the gate of GeGLU (Gemma)',
+        # 0.5 a (1 + tanh(u)) with u = sqrt(2/pi) (a + 0.044715 a^3) is
+        # a * sigmoid(2u): the same function, written without tanh's
+        # cancellation where 1 + tanh(u) nears 0 (a < -3), where eager's
+        # float result loses every digit and this one none.
+        reference="a * sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a)) * b",
+        derivatives={
+            "a": "grad * b * (sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a)) + a"
+            " * sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a))"
+            " * (1 - sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a)))"
+            " * 1.5957691216057308 * (1 + 0.134145 * a * a))",
+            "b": "grad * a * sigmoid(1.5957691216057308 * (a + 0.044715 * a * a * a))",
+        },
+        # The functor's exp (vmath::vexp_sigmoid, 1.011 ulp) against torch's
+        # sigmoid over the same z (the same roundings: no contraction), one
+        # division, one product: silu_mul's budget.
+        ulps=4,
+        linear_in=("b",),  # linear in b alone, as silu_mul
+    ),
 )
 
 OUT_WRITERS: tuple[OutWriter, ...] = (

@@ -105,3 +105,16 @@ def test_op_testing_refuses_a_wrong_call_by_name():
         evaluate("mul", [1.0, 2.0], {"sigmoid": abs})
     with pytest.raises(KeyError, match="no operator named 'nope'"):
         evaluate("nope", [], scalar)
+
+
+def test_docs_with_quotes_become_valid_cpp_strings():
+    # gelu_tanh_mul's doc holds approximate="tanh": unescaped, it ended the
+    # C++ literal early (a build error in every tier).
+    from tierkit_core.op_codegen import _c_text, render
+
+    assert _c_text('a "b" \\ c\n') == 'a \\"b\\" \\\\ c\\n'
+    for line in render().splitlines():
+        if "bridge_doc = " in line:
+            body = line.split("bridge_doc = ", 1)[1].rstrip(";")
+            assert body.startswith('"') and body.endswith('"')
+            assert not re.search(r'(?<!\\)"', body[1:-1]), line

@@ -1,4 +1,5 @@
-"""11. silu_mul: the SwiGLU gate against eager, torch.compile and numpy, and its accuracy."""
+"""11. The gated activations, silu_mul (SwiGLU) and gelu_tanh_mul (GeGLU), against eager,
+torch.compile and numpy, and their accuracy."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import textwrap
 
 from ._common import Config, Skip, need, not_measured, pick, table, target, timed, timed_rows
 
-TITLE = "silu_mul: silu(a) * b against eager, torch.compile and numpy"
+TITLE = "Gated activations: silu_mul and gelu_tanh_mul against eager, torch.compile and numpy"
 
 # In a subprocess with THP_MEM_ALLOC_ENABLE=1 (torch reads it at start-up):
 # eager's and torch.compile's large outputs get huge pages, as the tierkit
@@ -21,45 +22,57 @@ PROBE = textwrap.dedent("""
     import torch.nn.functional as F
     from tierkit.bench.timing import inner_for, interleaved, paired_ratio
     reps, sizes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
-    compiled = torch.compile(lambda a, b: F.silu(a) * b, dynamic=True) if with_compile else None
+    K = np.longdouble(2) * np.sqrt(np.longdouble(2) / np.longdouble(np.pi))
+    # Each gate: eager torch's expression, numpy's, and the exact value in
+    # x87 extended precision (numpy's longdouble: 64-bit mantissa).
+    GATES = {
+        "silu_mul": (lambda a, b: F.silu(a) * b, lambda a, b: a / (1 + np.exp(-a)) * b,
+                     lambda a, b: a / (1 + np.exp(-a)) * b),
+        "gelu_tanh_mul": (lambda a, b: F.gelu(a, approximate="tanh") * b,
+                          lambda a, b: 0.5 * a * (1 + np.tanh(0.7978845608028654 * (a + 0.044715 * a**3))) * b,
+                          lambda a, b: a / (1 + np.exp(-K * (a + np.longdouble(0.044715) * a**3))) * b),
+    }
     rows = []
-    for n in sizes:
-        for dtype in (torch.float32, torch.bfloat16):
-            g = torch.Generator().manual_seed(0)
-            a = (torch.randn(n, generator=g) * 4).to(dtype)
-            b = torch.randn(n, generator=g).to(dtype)
-            impls = {"torch op": lambda: torch.ops.tierkit.silu_mul(a, b),
-                     "torch eager (THP)": lambda: F.silu(a) * b}
-            if compiled is not None:
-                compiled(a, b)
-                impls["torch.compile (THP)"] = lambda: compiled(a, b)
-            if dtype == torch.float32:
-                an, bn = a.numpy(), b.numpy()
-                impls["bridge"] = lambda: tb.silu_mul(an, bn)
-                impls["numpy"] = lambda: an / (1 + np.exp(-an)) * bn
-            s = interleaved(impls, reps, inner_for(n * 3 * a.element_size() / 10e9))
-            for impl, x in s.items():
-                ref = "bridge" if impl == "numpy" else "torch op"
-                rows.append({"impl": impl, "n": n, "dtype": str(dtype).removeprefix("torch."),
-                             "seconds": x.seconds, "ours_over_theirs": paired_ratio(x, s[ref])})
-    # Accuracy: the largest error over 2**20 inputs, per dtype, against the
-    # exact value of the dtype's inputs computed in x87 extended precision
-    # (numpy's longdouble: 64-bit mantissa, so float64 has a reference too).
-    g = torch.Generator().manual_seed(1)
-    a64 = torch.randn(1 << 20, generator=g, dtype=torch.float64) * 8
-    b64 = torch.randn(1 << 20, generator=g, dtype=torch.float64)
-    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
-        a, b = a64.to(dtype), b64.to(dtype)
-        al, bl = a.double().numpy().astype(np.longdouble), b.double().numpy().astype(np.longdouble)
-        exact = al / (1 + np.exp(-al)) * bl
-        ulp = float(torch.finfo(dtype).eps)
-        scale = np.maximum(np.abs(exact), float(torch.finfo(dtype).tiny))
-        err = {}
-        for impl, y in (("torch op", torch.ops.tierkit.silu_mul(a, b)), ("torch eager", F.silu(a) * b)):
-            e = np.abs(y.double().numpy().astype(np.longdouble) - exact)
-            err[impl] = {"abs": float(e.max()), "ulp": float((e / scale).max()) / ulp}
-        rows.append({"impl": "accuracy", "dtype": str(dtype).removeprefix("torch."), **{
-            f"{k}_{m}": v[m] for k, v in err.items() for m in ("abs", "ulp")}})
+    for op, (eager, numpy_expr, exact_expr) in GATES.items():
+        if not hasattr(torch.ops.tierkit, op):
+            continue
+        ours = getattr(torch.ops.tierkit, op)
+        compiled = torch.compile(eager, dynamic=True) if with_compile else None
+        for n in sizes:
+            for dtype in (torch.float32, torch.bfloat16):
+                g = torch.Generator().manual_seed(0)
+                a = (torch.randn(n, generator=g) * 4).to(dtype)
+                b = torch.randn(n, generator=g).to(dtype)
+                impls = {"torch op": lambda: ours(a, b), "torch eager (THP)": lambda: eager(a, b)}
+                if compiled is not None:
+                    compiled(a, b)
+                    impls["torch.compile (THP)"] = lambda: compiled(a, b)
+                if dtype == torch.float32:
+                    an, bn = a.numpy(), b.numpy()
+                    impls["bridge"] = lambda: getattr(tb, op)(an, bn)
+                    impls["numpy"] = lambda: numpy_expr(an, bn)
+                s = interleaved(impls, reps, inner_for(n * 3 * a.element_size() / 10e9))
+                for impl, x in s.items():
+                    ref = "bridge" if impl == "numpy" else "torch op"
+                    rows.append({"op": op, "impl": impl, "n": n, "dtype": str(dtype).removeprefix("torch."),
+                                 "seconds": x.seconds, "ours_over_theirs": paired_ratio(x, s[ref])})
+        # Accuracy: the largest error over 2**20 inputs, per dtype, against the exact value.
+        g = torch.Generator().manual_seed(1)
+        a64 = torch.randn(1 << 20, generator=g, dtype=torch.float64) * 8
+        b64 = torch.randn(1 << 20, generator=g, dtype=torch.float64)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            a, b = a64.to(dtype), b64.to(dtype)
+            al, bl = a.double().numpy().astype(np.longdouble), b.double().numpy().astype(np.longdouble)
+            with np.errstate(over="ignore"):
+                exact = exact_expr(al, bl)
+            ulp = float(torch.finfo(dtype).eps)
+            scale = np.maximum(np.abs(exact), float(torch.finfo(dtype).tiny))
+            err = {}
+            for impl, y in (("torch op", ours(a, b)), ("torch eager", eager(a, b))):
+                e = np.abs(y.double().numpy().astype(np.longdouble) - exact)
+                err[impl] = {"abs": float(e.max()), "ulp": float((e / scale).max()) / ulp}
+            rows.append({"op": op, "impl": "accuracy", "dtype": str(dtype).removeprefix("torch."), **{
+                f"{k}_{m}": v[m] for k, v in err.items() for m in ("abs", "ulp")}})
     print(json.dumps(rows))
 """)
 
@@ -74,7 +87,7 @@ def measure(cfg: Config) -> list[dict]:
     need("tierkit_torch")
     need("tierkit_bridge")
     if not hasattr(torch.ops.tierkit, "silu_mul"):
-        raise Skip("this tierkit_torch has no silu_mul")
+        raise Skip("this tierkit_torch has no silu_mul")  # gelu_tanh_mul is measured where it exists
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, str(cfg.reps), json.dumps(sizes(cfg)), "0" if cfg.quick else "1"],
         capture_output=True,
@@ -93,53 +106,75 @@ def measure(cfg: Config) -> list[dict]:
     return rows
 
 
+OPS = ("silu_mul", "gelu_tanh_mul")
+EAGER = {"silu_mul": "F.silu(a) * b", "gelu_tanh_mul": 'F.gelu(a, approximate="tanh") * b'}
+
+
+def _of(op: str, rows: list[dict]) -> list[dict]:
+    # Results from before gelu_tanh_mul joined the section carry no "op": silu_mul's.
+    return [r for r in rows if r.get("op", "silu_mul") == op]
+
+
 def markdown(results: dict) -> list[str]:
-    rows = timed_rows(results, "silu")
-    acc = [r for r in results["sections"].get("silu", {}).get("rows", []) if r.get("impl") == "accuracy"]
-    lines = [
-        table(
-            ["impl", "dtype", "n", "time", "tierkit's speed-up over it"],
-            [
-                [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), f"{r['ours_over_theirs']:.2f}x"]
-                for r in rows
-                if r["impl"] not in ("torch op", "bridge")
-            ]
-            + [
-                [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), "—"]
-                for r in rows
-                if r["impl"] in ("torch op", "bridge")
-            ],
-        ),
-        "",
-        "Speed-ups: the torch op's over the torch peers, the bridge's over numpy's "
-        "`a / (1 + np.exp(-a)) * b`, paired per repetition; all in one process with "
-        "THP_MEM_ALLOC_ENABLE=1.",
-        "",
-        table(
-            ["dtype", "torch op: max error (ulp, abs)", "eager F.silu(a) * b: max error (ulp, abs)"],
-            [
+    timed_all = timed_rows(results, "silu")
+    acc_all = [r for r in results["sections"].get("silu", {}).get("rows", []) if r.get("impl") == "accuracy"]
+    lines = []
+    for op in OPS:
+        rows, acc = _of(op, timed_all), _of(op, acc_all)
+        if not rows and not acc:
+            continue
+        lines += [
+            f"**{op}** (eager: `{EAGER[op]}`)",
+            "",
+            table(
+                ["impl", "dtype", "n", "time", "tierkit's speed-up over it"],
                 [
-                    r["dtype"],
-                    f"{r['torch op_ulp']:.3f}, {r['torch op_abs']:.3g}",
-                    f"{r['torch eager_ulp']:.3f}, {r['torch eager_abs']:.3g}",
+                    [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), f"{r['ours_over_theirs']:.2f}x"]
+                    for r in rows
+                    if r["impl"] not in ("torch op", "bridge")
                 ]
-                for r in acc
-            ],
-        ),
-        "",
+                + [
+                    [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), "—"]
+                    for r in rows
+                    if r["impl"] in ("torch op", "bridge")
+                ],
+            ),
+            "",
+            table(
+                ["dtype", "torch op: max error (ulp, abs)", "eager: max error (ulp, abs)"],
+                [
+                    [
+                        r["dtype"],
+                        f"{r['torch op_ulp']:.3f}, {r['torch op_abs']:.3g}",
+                        f"{r['torch eager_ulp']:.3f}, {r['torch eager_abs']:.3g}",
+                    ]
+                    for r in acc
+                ],
+            ),
+            "",
+        ]
+    return lines + [
+        "Speed-ups: the torch op's over the torch peers, the bridge's over numpy's own expression "
+        "of the same formula, paired per repetition; all in one process with THP_MEM_ALLOC_ENABLE=1. "
         "Errors against the exact value (x87 extended precision) over 2^20 inputs (a ~ N(0, 64), "
         "b ~ N(0, 1)), relative to |exact| in the dtype's ulps.",
     ]
-    return lines
 
 
 def targets(results: dict) -> list[dict]:
-    rows = timed_rows(results, "silu")
+    out = []
+    for op in OPS:
+        out += _targets(op, results)
+    return out
+
+
+def _targets(op: str, results: dict) -> list[dict]:
+    rows = _of(op, timed_rows(results, "silu"))
     out = []
     for n in (1_000_000, 16_000_000):
         for dtype in ("float32", "bfloat16"):
             for peer, factor in (("torch eager (THP)", 2.0), ("torch.compile (THP)", 1.0)):
-                name = f"torch op silu_mul >= {factor} x {peer} at n={n:.2g}, {dtype}"
+                name = f"torch op {op} >= {factor} x {peer} at n={n:.2g}, {dtype}"
                 r = pick(rows, impl=peer, n=n, dtype=dtype)
                 if r:
                     ratio = round(r[0]["ours_over_theirs"], 2)
@@ -149,15 +184,15 @@ def targets(results: dict) -> list[dict]:
         r = pick(rows, impl="numpy", n=n, dtype="float32")
         if r:
             ratio = round(r[0]["ours_over_theirs"], 2)
-            out.append(
-                target(f"bridge silu_mul >= 2.0 x numpy at n={n:.2g}, float32", 2.0, ratio, ratio >= 2.0)
-            )
-    acc = [r for r in results["sections"].get("silu", {}).get("rows", []) if r.get("impl") == "accuracy"]
+            out.append(target(f"bridge {op} >= 2.0 x numpy at n={n:.2g}, float32", 2.0, ratio, ratio >= 2.0))
+    acc = _of(
+        op, [r for r in results["sections"].get("silu", {}).get("rows", []) if r.get("impl") == "accuracy"]
+    )
     for r in acc:
         limit = r["torch eager_ulp"] + 1
         out.append(
             target(
-                f"silu_mul max error <= eager's + 1 ulp, {r['dtype']}",
+                f"{op} max error <= eager's + 1 ulp, {r['dtype']}",
                 round(limit, 3),
                 round(r["torch op_ulp"], 3),
                 r["torch op_ulp"] <= limit,
