@@ -25,9 +25,14 @@ def exact(a: torch.Tensor) -> np.ndarray:
 
 
 def ulps(y: torch.Tensor, ref: np.ndarray, dtype: torch.dtype) -> float:
+    """The largest error in ulps of the dtype, over the results that are not
+    near underflow (|exact| >= tiny / eps: there even a correctly rounded
+    result loses relative digits, and both eager and tierkit give 0 where
+    exp(-z) overflows, as silu_mul does below -88.7)."""
     info = torch.finfo(dtype)
-    err = np.abs(y.double().numpy().astype(np.longdouble) - ref)
-    return float((err / np.maximum(np.abs(ref), info.tiny)).max() / info.eps)
+    keep = np.abs(ref) >= info.tiny / info.eps
+    err = np.abs(y.double().numpy().astype(np.longdouble) - ref)[keep]
+    return float((err / np.abs(ref[keep])).max() / info.eps)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
@@ -39,6 +44,11 @@ def test_no_less_accurate_than_eager_plus_one_ulp(dtype):
     ours = ulps(ops.gelu_tanh_mul(a, ones), ref, dtype)
     eager = ulps(F.gelu(a, approximate="tanh") * ones, ref, dtype)
     assert ours <= eager + 1, (ours, eager)
+    # Where eager has no cancellation (a > -3) the bound is tight: eager is accurate there.
+    keep = a > -3
+    ours_near = ulps(ops.gelu_tanh_mul(a[keep], ones[keep]), ref[keep.numpy()], dtype)
+    eager_near = ulps((F.gelu(a, approximate="tanh") * ones)[keep], ref[keep.numpy()], dtype)
+    assert ours_near <= eager_near + 1, (ours_near, eager_near)
     # And close to eager itself where eager is accurate (a > -3: no cancellation).
     keep = a > -3
     torch.testing.assert_close(ops.gelu_tanh_mul(a, ones)[keep], F.gelu(a, approximate="tanh")[keep])
