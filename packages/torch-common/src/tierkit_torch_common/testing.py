@@ -68,6 +68,8 @@ def wide(op: str, *inputs: torch.Tensor) -> torch.Tensor:
     # The kernels promote first (aten's rule, integers to the default float
     # type), then compute; a formula of aten functions (silu) would refuse
     # integer inputs, so it sees them promoted.
+    if len(inputs) > 2:  # torch.result_type takes two; a wrong dtype here would pass silently
+        raise NotImplementedError(f"wide: {op} takes {len(inputs)} tensors; promote them as aten does first")
     dtype = torch.result_type(*inputs) if len(inputs) == 2 else inputs[0].dtype
     if not dtype.is_floating_point:
         dtype = torch.get_default_dtype()

@@ -3,6 +3,10 @@ row and table helpers."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +39,30 @@ def need(module: str):
 
 def row(section: str, s: Samples, **fields) -> dict:
     return {"section": section, **fields, "median_s": s.median, "min_s": s.min, "max_s": s.max}
+
+
+def thp_probe_rows(section: str, probe: str, args: list[str], what: str, timeout: int = 1800) -> list[dict]:
+    """Run `probe` (a Python program printing its rows as JSON on its last
+    line) in a subprocess with THP_MEM_ALLOC_ENABLE=1, which torch reads at
+    start-up: eager's and torch.compile's large outputs then get huge pages,
+    as the tierkit ops' do. A row's "seconds" (the samples) become its
+    median, min and max; a failure is a Skip naming `what`."""
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"},
+    )
+    if proc.returncode != 0:
+        raise Skip(f"the {what} subprocess failed: {proc.stderr[-400:]}")
+    rows = []
+    for r in json.loads(proc.stdout.strip().splitlines()[-1]):
+        if "seconds" in r:
+            s = sorted(r.pop("seconds"))
+            r.update(median_s=s[len(s) // 2], min_s=s[0], max_s=s[-1])
+        rows.append({"section": section, **r})
+    return rows
 
 
 def gbs(nbytes: float, seconds: float) -> float:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from ._common import Config, Skip, need, table, timed, timed_rows
+from ._common import Config, need, table, thp_probe_rows, timed, timed_rows
 
 TITLE = "Every op table entry against its formula in eager, torch.compile and numpy"
 
@@ -63,21 +60,8 @@ def measure(cfg: Config) -> list[dict]:
     need("tierkit_torch")
     need("tierkit_bridge")
     need("tierkit_torch_common.testing")
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(cfg.reps), json.dumps(sizes(cfg)), "0" if cfg.quick else "1"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"},
-    )
-    if proc.returncode != 0:
-        raise Skip(f"the entries subprocess failed: {proc.stderr[-400:]}")
-    rows = []
-    for r in json.loads(proc.stdout.strip().splitlines()[-1]):
-        s = sorted(r.pop("seconds"))
-        r.update(median_s=s[len(s) // 2], min_s=s[0], max_s=s[-1])
-        rows.append({"section": "entries", **r})
-    return rows
+    args = [str(cfg.reps), json.dumps(sizes(cfg)), "0" if cfg.quick else "1"]
+    return thp_probe_rows("entries", PROBE, args, "entries")
 
 
 def markdown(results: dict) -> list[str]:

@@ -4,12 +4,9 @@ against eager F.rms_norm, torch.compile and the compiled copy loop."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from ._common import Config, Skip, need, pick, table, target, timed, timed_rows
+from ._common import Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
 
 TITLE = "rms_norm: against eager, torch.compile and the compiled copy limit"
 
@@ -86,21 +83,9 @@ def measure(cfg: Config) -> list[dict]:
     need("tierkit_torch")
     if not hasattr(torch.ops.tierkit, "rms_norm"):
         raise Skip("this tierkit_torch has no rms_norm")
-    proc = subprocess.run(
-        # --quick: no torch.compile peers (~10 s a graph; --quick measures no target's shape)
-        [sys.executable, "-c", PROBE, str(cfg.reps), json.dumps(shapes(cfg)), "0" if cfg.quick else "1"],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"},
-    )
-    if proc.returncode != 0:
-        raise Skip(f"the rms_norm subprocess failed: {proc.stderr[-400:]}")
-    rows = []
-    for r in json.loads(proc.stdout.strip().splitlines()[-1]):
-        s = sorted(r.pop("seconds"))
-        rows.append({"section": "rms", **r, "median_s": s[len(s) // 2], "min_s": s[0], "max_s": s[-1]})
-    return rows
+    # --quick: no torch.compile peers (~10 s a graph; --quick measures no target's shape)
+    args = [str(cfg.reps), json.dumps(shapes(cfg)), "0" if cfg.quick else "1"]
+    return thp_probe_rows("rms", PROBE, args, "rms_norm", timeout=3600)
 
 
 def markdown(results: dict) -> list[str]:

@@ -4,12 +4,9 @@ torch.compile and numpy, and their accuracy."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from ._common import Config, Skip, need, not_measured, pick, table, target, timed, timed_rows
+from ._common import Config, Skip, need, not_measured, pick, table, target, thp_probe_rows, timed, timed_rows
 
 TITLE = "Gated activations: silu_mul and gelu_tanh_mul against eager, torch.compile and numpy"
 
@@ -90,22 +87,8 @@ def measure(cfg: Config) -> list[dict]:
     need("tierkit_bridge")
     if not hasattr(torch.ops.tierkit, "silu_mul"):
         raise Skip("this tierkit_torch has no silu_mul")  # gelu_tanh_mul is measured where it exists
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(cfg.reps), json.dumps(sizes(cfg)), "0" if cfg.quick else "1"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"},
-    )
-    if proc.returncode != 0:
-        raise Skip(f"the silu_mul subprocess failed: {proc.stderr[-400:]}")
-    rows = []
-    for r in json.loads(proc.stdout.strip().splitlines()[-1]):
-        if "seconds" in r:
-            s = sorted(r.pop("seconds"))
-            r.update(median_s=s[len(s) // 2], min_s=s[0], max_s=s[-1])
-        rows.append({"section": "silu", **r})
-    return rows
+    args = [str(cfg.reps), json.dumps(sizes(cfg)), "0" if cfg.quick else "1"]
+    return thp_probe_rows("silu", PROBE, args, "silu_mul")
 
 
 OPS = ("silu_mul", "gelu_tanh_mul")
