@@ -10,6 +10,6 @@
 #include "tierkit/huge_pages.h"
 #include "tierkit/kernels.h"
 #include "tierkit/parallel.h"
-#include "tierkit/rms_norm.h"
+#include "tierkit/row_functors.h"
 #include "tierkit/scope_guard.h"
 #include "tierkit/view.h"

@@ -235,7 +235,7 @@ inline bool cpu_has_f16c() {
 }
 inline bool cpu_has_16bit_simd() {
   static const bool has = [] {
-    __builtin_cpu_init();  // rms_norm's and the strided loops' dispatch may ask before simd_level()
+    __builtin_cpu_init();  // the row kernels' and the strided loops' dispatch may ask before simd_level()
     return cpu_has_f16c() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
   return has;
@@ -248,13 +248,13 @@ inline void canonical_nans(const float* in, Half* out, unsigned lanes) {
   }
 }
 
-// The 16-bit loops' targets (rms_norm.h's 16-bit rows use them too).
+// The 16-bit loops' targets (the row kernels' 16-bit rows use them too).
 #define TIERKIT_16_AVX2 __attribute__((target("avx2,f16c,fma")))
 #define TIERKIT_16_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl")))
 
 // Each converter moves one vector of floats' worth, in order: 8 elements
 // (AVX2) or 16 (AVX-512). (Widening bfloat16 by interleaving with zeros,
-// which permutes the elements, measured no faster for silu_mul; rms_norm's
+// which permutes the elements, measured no faster for silu_mul; the row kernels'
 // sums need the order.)
 inline constexpr std::int64_t kLanes256 = 8;
 inline constexpr std::int64_t kLanes512 = 16;
