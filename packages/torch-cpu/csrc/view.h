@@ -67,10 +67,10 @@ struct AtenRunner {
   }
 };
 
-// For core's row kernels (tierkit/rms_norm.h): there `n` counts rows or
+// For core's row kernels (tierkit/row_kernels.h): there `n` counts rows or
 // blocks and core sized `grain` in those units (about kGrain elements a
 // chunk), so no element floor; AtenRunner's would have kept any tensor of
-// fewer than 32768 rows on one thread (measured: rms_norm over [4096, 4096]
+// fewer than 32768 rows on one thread (measured: RMSNorm over [4096, 4096]
 // took as long on two threads as on one).
 struct AtenRowRunner {
   template <typename Fn>

@@ -95,7 +95,7 @@ TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
 // own namespace: both tiers can be loaded in one process.
 STABLE_TORCH_LIBRARY(tierkit_stable, m) {
   for (const char* schema : tierkit::kOpSchemas) m.def(schema);
-  for (const char* schema : tierkit::kRowReductionSchemas) m.def(schema);  // kernels: rms_norm.cpp
+  for (const char* schema : tierkit::kRowReductionSchemas) m.def(schema);  // kernels: rows.cpp
 }
 
 // One kernel type per op (a name, so TORCH_BOX's argument holds no comma).

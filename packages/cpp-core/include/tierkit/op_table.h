@@ -35,15 +35,25 @@ inline constexpr const char* kOpSchemas[] = {
     "_accepted_dtypes() -> str[]",
 };
 
-// The row reductions (RMSNorm), registered by torch-cpu; their kernels are
-// written for the kind (csrc/rms_norm.cpp), not derived per entry.
+// The row reductions' overloads (each entry's op, fused forms and building
+// blocks), registered by both torch tiers beside the pointwise ones.
 inline constexpr const char* kRowReductionSchemas[] = {
     "rms_norm(Tensor x, Tensor? weight=None, float? eps=None) -> Tensor",
     "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None) -> (Tensor, Tensor)",
     "add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight=None, float? eps=None) -> Tensor",
     "_rms_norm_forward(Tensor x, Tensor? weight, float eps) -> (Tensor, Tensor)",
-    "_rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor rstd) -> (Tensor, Tensor)",
+    "_rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor stats) -> (Tensor, Tensor)",
+    "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
+    "_layer_norm_forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)",
+    "_layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor stats) -> (Tensor, Tensor, Tensor)",
 };
+
+// X(name, Functor, parameters, stats): the row reductions. Functor: the row
+// kind tierkit::kernels::<Functor> on the CPU, <Functor>RowsF on CUDA;
+// parameters: 1 (weight) or 2 (weight, bias), in row_info::<name>::params.
+#define TIERKIT_ROW_REDUCTIONS(X) \
+  X(rms_norm, RmsNorm, 1, 1) \
+  X(layer_norm, LayerNorm, 2, 2)
 
 // X(name, Functor, tensor arguments, float arguments): the pointwise ops.
 // Functor: tierkit::kernels::<Functor>Op<C> on the CPU, <Functor>F<C> on CUDA.
@@ -235,5 +245,104 @@ struct gelu_tanh_mul {
 };
 
 }  // namespace op_info
+
+namespace row_info {
+
+// rms_norm(Tensor x, Tensor? weight=None, float? eps=None) -> Tensor: F.rms_norm(x, (x.size(-1),), weight, eps): x / sqrt(mean(x^2, -1) + eps) * weight
+struct rms_norm {
+  static constexpr const char* name = "rms_norm";
+  static constexpr const char* forward_name = "_rms_norm_forward";
+  static constexpr const char* backward_name = "_rms_norm_backward";
+  static constexpr const char* add_name = "add_rms_norm";
+  static constexpr const char* add_inplace_name = "add_rms_norm_";
+  static constexpr const char* node_name = "RmsNormBackward0";
+  static constexpr const char* doc = "F.rms_norm(x, (x.size(-1),), weight, eps): x / sqrt(mean(x^2, -1) + eps) * weight";
+  static constexpr std::array<const char*, 1> params = {"weight"};
+  static constexpr std::array<const char*, 1> stats = {"rstd"};
+  // eps: optional in the schema (torch's default, the compute type's
+  // machine epsilon) or this default.
+  static constexpr bool eps_optional = true;
+  static constexpr double eps_default = 0.0;
+  static constexpr bool fused_add = true;
+  // The value in the compute type (grad undefined) and input i's gradient
+  // (0: x, then the parameters) from grad, over x, weight (1 when absent),
+  // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.
+  template <typename F, typename T, typename W, typename B>
+  static T reference(const F& f, const T& x, const W& weight, const B& bias, double eps) {
+    const T rstd = f.rsqrt(f.row_mean(x * x) + eps);
+    const T xhat = x * rstd;
+    (void)f; (void)weight; (void)bias; (void)eps; (void)rstd; (void)xhat;
+    return xhat * weight;
+  }
+  template <typename F, typename T, typename W, typename B>
+  static T gradient(const F& f, std::size_t i, const T& grad, const T& x, const W& weight, const B& bias, double eps) {
+    const T rstd = f.rsqrt(f.row_mean(x * x) + eps);
+    const T xhat = x * rstd;
+    const T g = grad * weight;
+    (void)f; (void)weight; (void)bias; (void)eps; (void)grad; (void)rstd; (void)xhat; (void)g;
+    switch (i) {
+      case 0: return rstd * (g - xhat * f.row_mean(g * xhat));
+      case 1: return f.row_sum(grad * xhat);
+      default: return T();
+    }
+  }
+  // x-hat from x and the saved stats.
+  template <typename T>
+  static T normalized(const T& x, const std::array<T, 1>& stats) {
+    const T& rstd = stats[0];
+    return x * rstd;
+  }
+};
+
+// layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor: F.layer_norm(x, (x.size(-1),), weight, bias, eps): (x - mean) / sqrt(var + eps) * weight + bias
+struct layer_norm {
+  static constexpr const char* name = "layer_norm";
+  static constexpr const char* forward_name = "_layer_norm_forward";
+  static constexpr const char* backward_name = "_layer_norm_backward";
+  static constexpr const char* add_name = "add_layer_norm";
+  static constexpr const char* add_inplace_name = "add_layer_norm_";
+  static constexpr const char* node_name = "LayerNormBackward0";
+  static constexpr const char* doc = "F.layer_norm(x, (x.size(-1),), weight, bias, eps): (x - mean) / sqrt(var + eps) * weight + bias";
+  static constexpr std::array<const char*, 2> params = {"weight", "bias"};
+  static constexpr std::array<const char*, 2> stats = {"mean", "rstd"};
+  // eps: optional in the schema (torch's default, the compute type's
+  // machine epsilon) or this default.
+  static constexpr bool eps_optional = false;
+  static constexpr double eps_default = 1e-05;
+  static constexpr bool fused_add = false;
+  // The value in the compute type (grad undefined) and input i's gradient
+  // (0: x, then the parameters) from grad, over x, weight (1 when absent),
+  // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.
+  template <typename F, typename T, typename W, typename B>
+  static T reference(const F& f, const T& x, const W& weight, const B& bias, double eps) {
+    const T xc = x - f.row_mean(x);
+    const T rstd = f.rsqrt(f.row_mean(xc * xc) + eps);
+    const T xhat = xc * rstd;
+    (void)f; (void)weight; (void)bias; (void)eps; (void)xc; (void)rstd; (void)xhat;
+    return xhat * weight + bias;
+  }
+  template <typename F, typename T, typename W, typename B>
+  static T gradient(const F& f, std::size_t i, const T& grad, const T& x, const W& weight, const B& bias, double eps) {
+    const T xc = x - f.row_mean(x);
+    const T rstd = f.rsqrt(f.row_mean(xc * xc) + eps);
+    const T xhat = xc * rstd;
+    const T g = grad * weight;
+    (void)f; (void)weight; (void)bias; (void)eps; (void)grad; (void)xc; (void)rstd; (void)xhat; (void)g;
+    switch (i) {
+      case 0: return rstd * (g - f.row_mean(g) - xhat * f.row_mean(g * xhat));
+      case 1: return f.row_sum(grad * xhat);
+      case 2: return f.row_sum(grad);
+      default: return T();
+    }
+  }
+  // x-hat from x and the saved stats.
+  template <typename T>
+  static T normalized(const T& x, const std::array<T, 2>& stats) {
+    const T& mean = stats[0]; const T& rstd = stats[1];
+    return (x - mean) * rstd;
+  }
+};
+
+}  // namespace row_info
 }  // namespace tierkit
 // clang-format on

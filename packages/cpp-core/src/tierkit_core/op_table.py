@@ -26,7 +26,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["FORMULA_FUNCTIONS", "OPS", "OUT_WRITERS", "Op", "OutWriter", "find"]
+__all__ = [
+    "FORMULA_FUNCTIONS",
+    "OPS",
+    "OUT_WRITERS",
+    "ROW_REDUCTIONS",
+    "Op",
+    "OutWriter",
+    "RowReduction",
+    "find",
+    "find_row",
+]
 
 # The functions a formula may call, and what they mean (torch's names).
 FORMULA_FUNCTIONS = ("sigmoid", "silu")
@@ -215,50 +225,161 @@ OUT_WRITERS: tuple[OutWriter, ...] = (
 
 @dataclass(frozen=True)
 class RowReduction:
-    """An op of the second kind: a reduction over the last dimension, with
-    saved state (RMSNorm). Its kernels, autograd node, fakes, vmap and
-    sharding rules are written for the kind (torch-cpu's csrc/rms_norm.cpp and
-    _norms.py, docs/reductions.md), not derived per entry as the pointwise
-    ones are; the entries here hold what is declared: schema and docs line.
-    ``internal``: a building block of the others' autograd (saved ``rstd``),
-    not part of the public face."""
+    """An op of the second kind: a reduction over the last dimension with
+    per-column parameters and per-row state saved for backward (RMSNorm,
+    LayerNorm). Each tier's generic code for the kind (core's
+    ``row_kernels.h``; the torch tiers' kernels, autograd, fakes, vmap and
+    sharding rules; the bridge's binding; the typed faces and modules) is
+    instantiated per entry; what an entry declares:
+
+    * ``functor``: the arithmetic, ``tierkit::kernels::<functor>`` in core's
+      ``row_functors.h`` (a row kind: forward, fused-residual forward and
+      backward rows) and ``<functor>RowsF`` in torch-cuda's ``row_functors.cuh``;
+    * ``params``: the optional per-column tensors of length x.size(-1), in
+      schema order: ``weight`` multiplies, ``bias`` adds (``y = core(x) *
+      weight + bias``: the kind is affine in them, which the vmap rule and the
+      parameters' gradients use);
+    * ``eps``: the default (None: torch's, the compute type's machine
+      epsilon, and the schema's ``float? eps=None``);
+    * ``stats``: the per-row values the forward saves for backward, in the
+      compute type, the last dim of ``_<name>_forward``'s second output;
+    * ``normalized``: x̂ from x and the stats (the parameters' gradients are
+      ``sum over rows of grad * x̂`` for the weight, of grad for the bias);
+    * ``terms``, ``reference``, ``derivatives``: the value in the compute type
+      and each input's gradient from ``grad`` (the output's), in the formula
+      vocabulary plus ``row_mean`` (the mean over the last dim, kept),
+      ``row_sum`` (the sum over every leading dim: a parameter's shape) and
+      ``rsqrt``, over x, the parameters (an absent weight is 1, an absent bias
+      0), eps and the named ``terms`` (evaluated in order). The tests compare
+      with the reference; both torch tiers use the derivatives where a graph
+      is wanted of the backward (double backward, hessians) and the
+      reference's tangent in forward mode: the backward and tangent written
+      once, one home;
+    * ``fused_add``: also ``add_<name>`` (returns ``(y, h)``, h = x + residual
+      rounded) and ``add_<name>_`` (writes h into residual);
+    * DTensor and vmap facts are the kind's: rows are independent (leading
+      dims shard freely, the last is made whole), the parameters' gradients
+      are Partial sums, a batched parameter applies after the unweighted norm;
+    * mixed dtypes: aten's norms' rule, the kind's: parameters of any float
+      dtype; computed in float (double where x or a parameter is double);
+      output in x's dtype, each gradient in its input's.
+    """
 
     name: str
-    schema: str
+    functor: str
     doc: str
-    internal: bool = False
+    terms: dict[str, str]
+    reference: str
+    derivatives: dict[str, str]
+    normalized: str
+    params: tuple[str, ...] = ("weight",)
+    stats: tuple[str, ...] = ("rstd",)
+    eps: float | None = None
+    fused_add: bool = False
+    module: str = ""  # the torch.nn-style module tierkit_torch makes for it
     kind: str = "row_reduction"
+
+    @property
+    def eps_arg(self) -> str:
+        return "float? eps=None" if self.eps is None else f"float eps={self.eps!r}"
+
+    @property
+    def args(self) -> str:
+        return ", ".join(["Tensor x", *(f"Tensor? {p}=None" for p in self.params), self.eps_arg])
+
+    @property
+    def schema(self) -> str:
+        return f"{self.name}({self.args}) -> Tensor"
+
+    @property
+    def forward_name(self) -> str:
+        return f"_{self.name}_forward"
+
+    @property
+    def backward_name(self) -> str:
+        return f"_{self.name}_backward"
+
+    @property
+    def add_name(self) -> str:
+        return f"add_{self.name}"
+
+    @property
+    def node_name(self) -> str:
+        return "".join(p.title() for p in self.name.split("_")) + "Backward0"
+
+    def _rest(self) -> str:
+        return ", ".join([*(f"Tensor? {p}=None" for p in self.params), self.eps_arg])
+
+    @property
+    def schemas(self) -> tuple[str, ...]:
+        """Every overload of the entry: the op, its fused forms, the two building blocks."""
+        params = ", ".join(f"Tensor? {p}" for p in self.params)
+        grads = ", ".join(["Tensor"] * (1 + len(self.params)))
+        out = [self.schema]
+        if self.fused_add:
+            out.append(f"{self.add_name}(Tensor x, Tensor residual, {self._rest()}) -> (Tensor, Tensor)")
+            out.append(f"{self.add_name}_(Tensor x, Tensor(a!) residual, {self._rest()}) -> Tensor")
+        out.append(f"{self.forward_name}(Tensor x, {params}, float eps) -> (Tensor, Tensor)")
+        out.append(f"{self.backward_name}(Tensor grad, Tensor x, {params}, Tensor stats) -> ({grads})")
+        return tuple(out)
+
+    @property
+    def overloads(self) -> tuple[str, ...]:
+        """Every overload's name, the building blocks included."""
+        return (*self.public, self.forward_name, self.backward_name)
+
+    @property
+    def public(self) -> tuple[str, ...]:
+        """The names of its public overloads (the building blocks are internal)."""
+        return (self.name, self.add_name, self.add_name + "_") if self.fused_add else (self.name,)
 
 
 ROW_REDUCTIONS: tuple[RowReduction, ...] = (
     RowReduction(
         name="rms_norm",
-        schema="rms_norm(Tensor x, Tensor? weight=None, float? eps=None) -> Tensor",
+        functor="RmsNorm",
         doc="F.rms_norm(x, (x.size(-1),), weight, eps): x / sqrt(mean(x^2, -1) + eps) * weight",
+        terms={"rstd": "rsqrt(row_mean(x * x) + eps)", "xhat": "x * rstd", "g": "grad * weight"},
+        reference="xhat * weight",
+        derivatives={
+            "x": "rstd * (g - xhat * row_mean(g * xhat))",
+            "weight": "row_sum(grad * xhat)",
+        },
+        normalized="x * rstd",
+        fused_add=True,
+        module="RMSNorm",
     ),
     RowReduction(
-        name="add_rms_norm",
-        schema="add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None) -> (Tensor, Tensor)",
-        doc="(rms_norm(h, weight, eps), h) with h = x + residual rounded to the dtype, in one pass",
-    ),
-    RowReduction(
-        name="add_rms_norm_",
-        schema="add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight=None, float? eps=None) -> Tensor",
-        doc="residual becomes h = x + residual; returns rms_norm(h, weight, eps) (vLLM's fused_add_rms_norm)",
-    ),
-    RowReduction(
-        name="_rms_norm_forward",
-        schema="_rms_norm_forward(Tensor x, Tensor? weight, float eps) -> (Tensor, Tensor)",
-        doc="(y, rstd): the forward and the per-row 1/sqrt(mean(x^2) + eps) its backward reads",
-        internal=True,
-    ),
-    RowReduction(
-        name="_rms_norm_backward",
-        schema="_rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor rstd) -> (Tensor, Tensor)",
-        doc="(grad_x, grad_weight) from the saved rstd; grad_weight reduced across rows in a fixed order",
-        internal=True,
+        name="layer_norm",
+        functor="LayerNorm",
+        doc="F.layer_norm(x, (x.size(-1),), weight, bias, eps): (x - mean) / sqrt(var + eps) * weight + bias",
+        terms={
+            "xc": "x - row_mean(x)",
+            "rstd": "rsqrt(row_mean(xc * xc) + eps)",
+            "xhat": "xc * rstd",
+            "g": "grad * weight",
+        },
+        reference="xhat * weight + bias",
+        derivatives={
+            "x": "rstd * (g - row_mean(g) - xhat * row_mean(g * xhat))",
+            "weight": "row_sum(grad * xhat)",
+            "bias": "row_sum(grad)",
+        },
+        normalized="(x - mean) * rstd",
+        params=("weight", "bias"),
+        stats=("mean", "rstd"),
+        eps=1e-05,
+        module="LayerNorm",
     ),
 )
+
+
+def find_row(name: str) -> RowReduction:
+    """The row reduction whose public overloads include `name`."""
+    for entry in ROW_REDUCTIONS:
+        if name in entry.public:
+            return entry
+    raise KeyError(f"tierkit op table: no row reduction named {name!r}")
 
 
 def find(name: str) -> Op:

@@ -1,46 +1,60 @@
-// What the row reductions' kernels share (torch-cpu's CPU and Autograd ones,
-// torch-cuda's CUDA ones): their argument checks, torch's default eps, and
-// rstd's shape and dtype.
+// What the row reductions' kernels share (torch-cpu's CPU and Autograd
+// kernels, torch-cuda's CUDA ones), for every entry of the kind: the
+// argument checks and their wording, the eps default, the stats' shape and
+// dtype, and the mixed-dtype rule.
 #pragma once
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/InferenceMode.h>
 
+#include <array>
+#include <cstddef>
 #include <limits>
 #include <optional>
 #include <vector>
 
 #include "tierkit_torch/checks.h"
+#include "tierkit_torch/row_entry.h"
 
 namespace tierkit_torch {
 
+inline bool defined(const OptTensor& t) { return t && t->defined(); }
+
 // The arguments' rules (no size is read but the last dim's, so symbolic
 // batch sizes stay symbolic when torch.compile or export traces the
-// Autograd kernel).
-// `device`: the backend's (the Autograd kernel passes x's own: any backend's
-// kernel then checks its device).
-inline void check_rows(const char* op, const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                       c10::DeviceType device) {
+// Autograd kernel). `device`: the backend's (the Autograd kernel passes x's
+// own: any backend's kernel then checks its device).
+inline void check_x(const char* op, const at::Tensor& x, c10::DeviceType device) {
   check_defined(op, x, "x");
   TORCH_CHECK(
       x.dim() >= 1, op,
       ": x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
   check_first(op, x, "x", device);
-  if (weight && weight->defined()) {
-    const at::Tensor& w = *weight;
-    TORCH_CHECK(w.device() == x.device(), op, ": weight: expected device ", x.device(), " (same as x), got ",
-                w.device());
-    // Any float dtype, as aten's F.rms_norm: the output keeps x's (mixed_rows below).
-    check_dtype(op, w, "weight");
-    TORCH_CHECK(w.dim() == 1 && w.sym_size(0) == x.sym_size(-1), op, ": weight: expected shape [",
-                x.sym_size(-1), "] (x's last dimension), got ", w.sym_sizes());
-  }
 }
 
-// add_rms_norm_ writes h into `residual`: refused when several of its
-// elements share an address, or when it partly overlaps x (exactly x is fine:
-// each element is read before it is written).
+// A parameter (weight, bias): on x's device, any float dtype (as aten's
+// norms: the output keeps x's, MixedRows below), shape [x.size(-1)].
+inline void check_param(const char* op, const at::Tensor& x, const OptTensor& param, const char* name) {
+  if (!defined(param)) return;
+  const at::Tensor& p = *param;
+  TORCH_CHECK(p.device() == x.device(), op, ": ", name, ": expected device ", x.device(),
+              " (same as x), got ", p.device());
+  check_dtype(op, p, name);
+  TORCH_CHECK(p.dim() == 1 && p.sym_size(0) == x.sym_size(-1), op, ": ", name, ": expected shape [",
+              x.sym_size(-1), "] (x's last dimension), got ", p.sym_sizes());
+}
+
+template <typename E>
+void check_rows(const char* op, const at::Tensor& x, const Params<E::kParams>& params,
+                c10::DeviceType device) {
+  check_x(op, x, device);
+  for (std::size_t i = 0; i < E::kParams; ++i) check_param(op, x, params[i], E::Info::params[i]);
+}
+
+// The in-place fused form writes h into `residual`: refused when several of
+// its elements share an address, or when it partly overlaps x (exactly x is
+// fine: each element is read before it is written).
 inline void check_in_place_residual(const char* op, const at::Tensor& x, const at::Tensor& residual) {
   // aten's in-place ops raise this outside inference mode (r.add_(x)): the
   // write would change a tensor autograd treats as never changing.
@@ -54,47 +68,60 @@ inline void check_in_place_residual(const char* op, const at::Tensor& x, const a
               ": residual: partially overlaps x");
 }
 
-// The weight as every row reads it: the values it had at the call. A weight
+// A parameter as every row reads it: the values it had at the call. One
 // that shares memory with `written` (add_rms_norm_(x, r, r[0])) is copied
 // first; the CUDA kernels' blocks would otherwise read it while other rows
 // rewrite it. (The CPU kernels go through core, which makes the same copy.)
-inline std::optional<at::Tensor> weight_as_called(const std::optional<at::Tensor>& weight,
-                                                  const at::Tensor& written) {
-  if (!weight || !weight->defined()) return weight;
-  if (at::get_overlap_status(*weight, written) == at::MemOverlapStatus::No) return weight;
-  return weight->clone(at::MemoryFormat::Contiguous);
+inline OptTensor param_as_called(const OptTensor& param, const at::Tensor& written) {
+  if (!defined(param)) return param;
+  if (at::get_overlap_status(*param, written) == at::MemOverlapStatus::No) return param;
+  return param->clone(at::MemoryFormat::Contiguous);
 }
 
-// A weight of another float dtype than x's (a float32 weight with bfloat16
+// Parameters of another float dtype than x's (float32 weights with bfloat16
 // activations: the mixed-precision block of every model trained under
-// autocast), computed as aten's F.rms_norm computes it: in x's compute type
-// (float for 16-bit x), or in double where the weight is double (aten then
-// multiplies and reduces the weight's gradient in double), the result rounded
-// to x's dtype and each gradient to its input's. The kernels take one dtype,
-// so such a call becomes a same-dtype call in that compute type: `in` gives
-// the tensors to pass (converted where their dtype differs), `result` narrows
-// an output back to x's dtype, `rstd_out`/`rstd_in` keep rstd in the dtype
-// the schema promises for x. Costs the conversions' passes over memory; a
-// call with matching dtypes never takes it.
+// autocast), computed as aten's norms compute them: in x's compute type
+// (float for 16-bit x), or in double where a parameter is double (aten then
+// multiplies and reduces its gradient in double), the result rounded to x's
+// dtype and each gradient to its input's. The kernels take one dtype, so
+// such a call becomes a same-dtype call in that compute type: `in` gives the
+// tensors to pass (converted where their dtype differs), `result` narrows an
+// output back to x's dtype, `stats_out`/`stats_in` keep the stats in the
+// dtype the schema promises for x (stats_dtype). Costs the conversions'
+// passes over memory; a call with matching dtypes never takes it.
 struct MixedRows {
   bool active = false;
   at::ScalarType x_dtype = at::kFloat, compute = at::kFloat;
 
-  MixedRows(const at::Tensor& x, const std::optional<at::Tensor>& weight) : x_dtype(x.scalar_type()) {
-    active = weight && weight->defined() && weight->scalar_type() != x.scalar_type();
-    const bool wide = x_dtype == at::kDouble || (active && weight->scalar_type() == at::kDouble);
+  template <std::size_t P>
+  MixedRows(const at::Tensor& x, const Params<P>& params) : x_dtype(x.scalar_type()) {
+    bool wide = x_dtype == at::kDouble;
+    for (const OptTensor& p : params) {
+      if (!defined(p)) continue;
+      active = active || p->scalar_type() != x_dtype;
+      wide = wide || p->scalar_type() == at::kDouble;
+    }
     compute = wide ? at::kDouble : at::kFloat;
   }
   at::Tensor in(const at::Tensor& t) const { return t.to(compute); }
-  std::optional<at::Tensor> in(const std::optional<at::Tensor>& t) const {
-    if (!t || !t->defined()) return t;
-    return t->to(compute);
+  template <std::size_t P>
+  Params<P> in(const Params<P>& params) const {
+    Params<P> out;
+    for (std::size_t i = 0; i < P; ++i)
+      if (defined(params[i])) out[i] = params[i]->to(compute);
+    return out;
   }
   at::Tensor result(const at::Tensor& t) const { return t.to(x_dtype); }
-  at::Tensor rstd_out(const at::Tensor& rstd) const {
-    return rstd.to(x_dtype == at::kDouble ? at::kDouble : at::kFloat);
+  at::Tensor stats_out(const at::Tensor& stats) const {
+    return stats.to(x_dtype == at::kDouble ? at::kDouble : at::kFloat);
   }
-  at::Tensor rstd_in(const at::Tensor& rstd) const { return rstd.to(compute); }
+  at::Tensor stats_in(const at::Tensor& stats) const { return stats.to(compute); }
+
+  // Transitional: torch-cuda's single-weight kernels.
+  MixedRows(const at::Tensor& x, const OptTensor& weight) : MixedRows(x, Params<1>{weight}) {}
+  OptTensor in(const OptTensor& t) const { return defined(t) ? OptTensor(t->to(compute)) : t; }
+  at::Tensor rstd_out(const at::Tensor& rstd) const { return stats_out(rstd); }
+  at::Tensor rstd_in(const at::Tensor& rstd) const { return stats_in(rstd); }
 };
 
 // x's rows (every leading dim) and their length d (the last dim), for the kernels.
@@ -108,22 +135,46 @@ inline Rows rows_of(const at::Tensor& x) {
   return {rows, x.size(-1)};
 }
 
-// torch's default: the compute type's machine epsilon (F.rms_norm's opmath).
+// The eps a call computes with: its own, or the entry's default (torch's
+// for RMSNorm: the compute type's machine epsilon, F.rms_norm's opmath).
 inline double eps_or_default(const at::Tensor& x, std::optional<double> eps) {
   if (eps) return *eps;
   return x.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
                                         : std::numeric_limits<float>::epsilon();
 }
+inline double eps_or_default(const at::Tensor&, double eps) { return eps; }
 
-// rstd's shape: x's leading dims and a 1 (aten's _fused_rms_norm keeps the dim).
-inline std::vector<int64_t> rstd_shape(const at::Tensor& x) {
+// The stats' shape: x's leading dims and the entry's count (aten's
+// _fused_rms_norm keeps the dim: [..., 1] for its rstd).
+inline std::vector<int64_t> stats_shape(const at::Tensor& x, std::size_t stats) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = 1;
+  shape.back() = static_cast<int64_t>(stats);
   return shape;
 }
 
-inline at::ScalarType rstd_dtype(const at::Tensor& x) {
+inline at::ScalarType stats_dtype(const at::Tensor& x) {
   return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
+
+// The stats a backward receives: the forward's shape and dtype for x.
+template <typename E>
+void check_stats(const char* op, const at::Tensor& stats, const at::Tensor& x, const Rows& r) {
+  TORCH_CHECK(
+      stats.scalar_type() == stats_dtype(x) && stats.numel() == r.rows * static_cast<int64_t>(E::kStats), op,
+      ": stats: expected ", r.rows * static_cast<int64_t>(E::kStats), " values of dtype ",
+      dtype_name(stats_dtype(x)), " (from ", E::forward_name(), "), got ", stats.numel(), " of ",
+      dtype_name(stats.scalar_type()));
+}
+
+// ---- Transitional: torch-cuda's kernels still call these single-weight forms.
+inline void check_rows(const char* op, const at::Tensor& x, const OptTensor& weight, c10::DeviceType device) {
+  check_x(op, x, device);
+  check_param(op, x, weight, "weight");
+}
+inline OptTensor weight_as_called(const OptTensor& weight, const at::Tensor& written) {
+  return param_as_called(weight, written);
+}
+inline std::vector<int64_t> rstd_shape(const at::Tensor& x) { return stats_shape(x, 1); }
+inline at::ScalarType rstd_dtype(const at::Tensor& x) { return stats_dtype(x); }
 
 }  // namespace tierkit_torch

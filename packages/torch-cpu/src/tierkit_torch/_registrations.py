@@ -13,9 +13,10 @@ measurable.
 from __future__ import annotations
 
 import torch
-from tierkit_torch_common.fake import register_fake_kernels, register_row_reduction_fakes
+from tierkit_torch_common.fake import register_fake_kernels
+from tierkit_torch_common.rows import register_row_fakes
 
-from . import _norms, _sharding, _vmap
+from . import _rows, _sharding, _vmap
 
 _registered = False
 
@@ -28,8 +29,8 @@ def register() -> None:
     # The accepted dtypes come from core's dtype table, through the C++ library.
     accepted = list(torch.ops.tierkit._accepted_dtypes())
     register_fake_kernels(torch, "tierkit", accepted)
-    register_row_reduction_fakes(torch, "tierkit", accepted)
+    register_row_fakes(torch, "tierkit", accepted)
     _vmap.register()
-    _norms.register_vmap()
+    _rows.register_vmap()
     _sharding.install()
     _registered = True

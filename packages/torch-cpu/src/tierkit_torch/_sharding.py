@@ -77,9 +77,9 @@ def register() -> None:
 
     for entry in OPS:
         register_sharding(getattr(torch.ops.tierkit, entry.name).default)(_strategy_of(entry))
-    from . import _norms
+    from . import _rows
 
-    _norms.register_sharding()
+    _rows.register_sharding()
     _done = True
 
 

@@ -16,12 +16,12 @@ from tierkit_torch_common.fake import typed_faces
 _FACES = typed_faces(torch, torch.ops.tierkit, "tierkit_torch")
 globals().update(_FACES)
 
-# The row reductions' faces are written for their kind (_norms.py).
-from ._norms import add_rms_norm as add_rms_norm  # noqa: E402
-from ._norms import add_rms_norm_ as add_rms_norm_  # noqa: E402
-from ._norms import rms_norm as rms_norm  # noqa: E402
+# The row reductions' faces, written for their kind (_rows.py).
+from ._rows import FACES as _ROW_FACES  # noqa: E402
 
-__all__ = sorted([*_FACES, "add_rms_norm", "add_rms_norm_", "rms_norm"])
+globals().update(_ROW_FACES)
+
+__all__ = sorted([*_FACES, *_ROW_FACES])
 
 if TYPE_CHECKING:  # the functions are made at import; to a type checker, each is a callable
 

@@ -5,9 +5,10 @@ generic over the namespace, shared with tierkit-torch), autograd, and the
 from __future__ import annotations
 
 import torch
-from tierkit_torch_common.fake import register_fake_kernels, register_row_reduction_fakes
+from tierkit_torch_common.fake import register_fake_kernels
+from tierkit_torch_common.rows import register_row_fakes
 
-from . import _autograd, _composite, _norms
+from . import _autograd, _composite, _rows
 
 _lib: torch.library.Library | None = None
 
@@ -21,7 +22,7 @@ def register() -> None:
     # The accepted dtypes come from core's dtype table, through the C++ library.
     accepted = list(torch.ops.tierkit_stable._accepted_dtypes())
     register_fake_kernels(torch, "tierkit_stable", accepted, lib=_lib)
-    register_row_reduction_fakes(torch, "tierkit_stable", accepted)
+    register_row_fakes(torch, "tierkit_stable", accepted)
     _autograd.register(_lib)
-    _norms.register(_lib)
+    _rows.register(_lib)
     _composite.register(_lib)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from tierkit_torch_common.fake import typed_faces
 
-from ._norms import FACES as _ROW_REDUCTIONS
+from ._rows import FACES as _ROW_REDUCTIONS
 
 _FACES = {**typed_faces(torch, torch.ops.tierkit_stable, "tierkit_torch_stable"), **_ROW_REDUCTIONS}
 globals().update(_FACES)

@@ -77,7 +77,7 @@ KEYS = ["CPU", "CUDA", "Meta", "Autograd"]
 OPS_PROBE = r"""
 import json, torch, {module}
 from tierkit_core.op_table import OPS, OUT_WRITERS, ROW_REDUCTIONS
-ops = [op.name for op in OPS] + [w.name for w in OUT_WRITERS] + [r.name for r in ROW_REDUCTIONS]
+ops = [op.name for op in OPS] + [w.name for w in OUT_WRITERS] + [n for r in ROW_REDUCTIONS for n in r.overloads]
 has = torch._C._dispatch_has_kernel_for_dispatch_key
 keys = {{op: [k for k in {keys!r} if has("{ns}::" + op, k)] for op in ops if torch._C._dispatch_has_kernel("{ns}::" + op) or hasattr(torch.ops.{ns}, op)}}
 print(json.dumps({{"ops": ops, "keys": keys}}))

@@ -1,0 +1,187 @@
+// CPU kernels of the row reductions, one template for every entry of the op
+// table's kind (TIERKIT_ROW_REDUCTIONS): the op, its fused residual forms
+// where the entry has them, and the two building blocks its autograd uses
+// (_<name>_forward: y and the per-row stats; _<name>_backward). The
+// arithmetic is core's row kind (tierkit/row_functors.h through
+// row_kernels.h): one fixed reduction order per row, float accumulation
+// for 16-bit inputs, rows split by at::parallel_for.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <array>
+#include <optional>
+#include <tuple>
+
+#include "tierkit/row_functors.h"
+#include "tierkit_torch/rows.h"
+#include "view.h"
+#include "warm_allocator.h"
+
+namespace tierkit_torch {
+namespace {
+
+// A fresh contiguous output like x, from warm memory (warm_allocator.h):
+// page faults on a fresh 64 MiB output cost more than the kernel (measured:
+// RMSNorm over [4096, 4096] float32 took 32 ms in the bench beside eager's
+// 45 ms; core's kernel alone, on one thread, 13 ms).
+at::Tensor fresh_like(const at::Tensor& x) { return warm_empty(x.sizes(), x.options()); }
+
+template <typename F>
+void dispatch(const at::Tensor& x, const F& f) {
+  tierkit::dispatch_accepted(to_core_dtype(x.scalar_type()), "x", [&](auto tag) { f(tag); });
+}
+
+template <std::size_t P>
+Params<P> contiguous(const Params<P>& params) {
+  Params<P> out;
+  for (std::size_t i = 0; i < P; ++i)
+    if (defined(params[i])) out[i] = params[i]->contiguous();
+  return out;
+}
+
+template <typename T, std::size_t P>
+tierkit::kernels::RowParams<T> row_params(const Params<P>& params) {
+  tierkit::kernels::RowParams<T> p;
+  if (defined(params[0])) p.w = static_cast<const T*>(params[0]->const_data_ptr());
+  if constexpr (P > 1)
+    if (defined(params[1])) p.b = static_cast<const T*>(params[1]->const_data_ptr());
+  return p;
+}
+
+template <typename T>
+T* data(const at::Tensor& t) {
+  return static_cast<T*>(t.mutable_data_ptr());
+}
+
+template <typename E>
+struct CpuRows {
+  using Entry = E;
+  using K = typename E::Kind;
+  static constexpr std::size_t P = E::kParams;
+  using Ps = Params<P>;
+  static constexpr c10::DeviceType kCpu = c10::DeviceType::CPU;
+
+  static std::tuple<at::Tensor, at::Tensor> forward_as(const char* op, const at::Tensor& x_in,
+                                                       const Ps& params_in, double eps) {
+    check_rows<E>(op, x_in, params_in, kCpu);
+    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+      auto [y, stats] = forward_as(op, mixed.in(x_in), mixed.in(params_in), eps);
+      return {mixed.result(y), mixed.stats_out(stats)};
+    }
+    const Rows r = rows_of(x_in);
+    const at::Tensor x = x_in.contiguous();
+    const Ps params = contiguous(params_in);
+    at::Tensor y = fresh_like(x);
+    at::Tensor stats = at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)));
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      using C = tierkit::compute_t<T>;
+      tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), row_params<T>(params), eps,
+                                       r.rows, r.d, data<T>(y), data<C>(stats), AtenRowRunner{});
+    });
+    return {y, stats};
+  }
+
+  static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Eps eps) {
+    return std::get<0>(forward_as(E::op_name(), x, params, eps_or_default(x, eps)));
+  }
+  static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const Ps& params, double eps) {
+    return forward_as(E::forward_name(), x, params, eps);
+  }
+
+  static Grads<P> backward(const at::Tensor& grad_in, const at::Tensor& x_in, const Ps& params_in,
+                           const at::Tensor& stats_in) {
+    const char* op = E::backward_name();
+    check_rows<E>(op, x_in, params_in, kCpu);
+    const Rows r = rows_of(x_in);
+    check_like(op, grad_in, "grad", x_in, "x");
+    check_stats<E>(op, stats_in, x_in, r);
+    std::array<at::Tensor, P + 1> out;
+    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+      const auto wide = tuple_to_array(
+          backward(mixed.in(grad_in), mixed.in(x_in), mixed.in(params_in), mixed.stats_in(stats_in)));
+      out[0] = mixed.result(wide[0]);
+      for (std::size_t i = 0; i < P; ++i)  // each gradient in its input's dtype
+        out[i + 1] = defined(params_in[i]) ? wide[i + 1].to(params_in[i]->scalar_type()) : wide[i + 1];
+      return tuple_of(out);
+    }
+    const at::Tensor x = x_in.contiguous(), grad = grad_in.contiguous(), stats = stats_in.contiguous();
+    const Ps params = contiguous(params_in);
+    out[0] = fresh_like(x);
+    std::array<at::Tensor, P> acc;  // accumulated in the compute type, then cast to the parameter's dtype
+    for (std::size_t i = 0; i < P; ++i)
+      if (defined(params[i])) acc[i] = at::empty({r.d}, x.options().dtype(stats_dtype(x)));
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      using C = tierkit::compute_t<T>;
+      C* dp[2] = {nullptr, nullptr};
+      for (std::size_t i = 0; i < P; ++i)
+        if (acc[i].defined()) dp[i] = data<C>(acc[i]);
+      tierkit::kernels::row_backward<K>(static_cast<const T*>(grad.const_data_ptr()),
+                                        static_cast<const T*>(x.const_data_ptr()), row_params<T>(params),
+                                        static_cast<const C*>(stats.const_data_ptr()), r.rows, r.d,
+                                        data<T>(out[0]), dp[0], dp[1], AtenRowRunner{});
+    });
+    // An absent parameter: an empty gradient (the schema returns a Tensor, never None).
+    for (std::size_t i = 0; i < P; ++i)
+      out[i + 1] = acc[i].defined() ? acc[i].to(params[i]->scalar_type()) : at::empty({0}, x.options());
+    return tuple_of(out);
+  }
+
+  // h = x + residual rounded to the dtype, then the forward on h: one pass
+  // per row. `h_out` is a fresh tensor (add_<name>) or residual itself (add_<name>_).
+  static at::Tensor add_forward(const char* op, const at::Tensor& x_in, const at::Tensor& residual_in,
+                                const Ps& params_in, double eps, const at::Tensor& h_out) {
+    check_rows<E>(op, x_in, params_in, kCpu);
+    check_like(op, residual_in, "residual", x_in, "x");
+    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+      const at::Tensor h = at::add(x_in, residual_in);  // rounded to the dtype, as the fused pass rounds it
+      at::Tensor y = std::get<0>(forward_as(op, h, params_in, eps));
+      h_out.copy_(h);
+      return y;
+    }
+    const Rows r = rows_of(x_in);
+    const at::Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
+    const Ps params = contiguous(params_in);
+    at::Tensor y = fresh_like(x);
+    at::Tensor stats = at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)));
+    // A non-contiguous h_out (the in-place form's residual) is written through a contiguous temporary.
+    at::Tensor h = h_out.is_contiguous() ? h_out : at::empty(x.sizes(), x.options());
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      using C = tierkit::compute_t<T>;
+      tierkit::kernels::row_add_forward<K>(
+          static_cast<const T*>(x.const_data_ptr()), static_cast<const T*>(residual.const_data_ptr()),
+          row_params<T>(params), eps, r.rows, r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
+    });
+    if (!h.is_same(h_out)) h_out.copy_(h);
+    return y;
+  }
+
+  static std::tuple<at::Tensor, at::Tensor> add(const at::Tensor& x, const at::Tensor& residual,
+                                                const Ps& params, typename E::Eps eps) {
+    at::Tensor h = fresh_like(x);
+    at::Tensor y = add_forward(E::add_name(), x, residual, params, eps_or_default(x, eps), h);
+    return {y, h};
+  }
+
+  static at::Tensor add_(const at::Tensor& x, const at::Tensor& residual, const Ps& params,
+                         typename E::Eps eps) {
+    const char* op = E::add_inplace_name();
+    check_in_place_residual(op, x, residual);
+    return add_forward(op, x, residual, params, eps_or_default(x, eps), residual);
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(tierkit, CPU, m) {
+#define TIERKIT_REGISTER_ROWS(NAME, FUNCTOR, PARAMS, STATS) \
+  register_row_entry<CpuRows, RowEntry<tierkit::row_info::NAME, tierkit::kernels::FUNCTOR, PARAMS>>(m);
+  TIERKIT_ROW_REDUCTIONS(TIERKIT_REGISTER_ROWS)
+#undef TIERKIT_REGISTER_ROWS
+}
+
+}  // namespace tierkit_torch
