@@ -93,8 +93,8 @@ setup(
                     "csrc/ops.cpp",
                     "csrc/timing.cpp",
                     "csrc/kernels.cu",
-                    "csrc/rms_norm_ops.cpp",
-                    "csrc/rms_norm.cu",
+                    "csrc/row_ops.cpp",
+                    "csrc/row_kernels.cu",
                 ],
                 include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
                 # No FMA contraction anywhere: results must be bit-identical to

@@ -1,0 +1,67 @@
+// The row kinds' arithmetic on CUDA: one functor per row-reduction entry of
+// the op table (tierkit_core/op_table.py names it: functor="RmsNorm" means
+// RmsNormRowsF here and tierkit::kernels::RmsNorm in core), kept apart from
+// the kernels that run them (row_kernels.cu: the row-to-thread mapping,
+// vector loads, warp and block sums, the parameters' gradients per slot).
+// A functor gives, in the compute type C with round-to-nearest operations
+// (no FMA contraction, as core's CPU functors):
+//   kStats                   per-row values saved for backward;
+//   stats(sum, d, eps, s)    s[0..kStats) from row sums: sum(term) is
+//                            sum_j term(x_j) over the row, every thread's;
+//   xhat(x, s)               the normalised value (y = xhat * w + b);
+//   dx(g, xh, a, c, s)       dx from g = dy * w, x-hat, a = mean(g) and
+//                            c = mean(g * x-hat) over the row.
+#pragma once
+
+#include <cstdint>
+
+#include "device_math.cuh"
+
+namespace tierkit_cuda {
+
+// IEEE round-to-nearest division and 1 / sqrt, spelled as intrinsics: the
+// same whatever -prec-div and -prec-sqrt say.
+__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ double div_rn(double a, double b) { return __ddiv_rn(a, b); }
+__device__ __forceinline__ float rsqrt_rn(float v) { return __frcp_rn(__fsqrt_rn(v)); }
+__device__ __forceinline__ double rsqrt_rn(double v) { return __drcp_rn(__dsqrt_rn(v)); }
+
+// RMSNorm: rstd = 1 / sqrt(sum(x^2) / d + eps), x-hat = x * rstd,
+// dx = (g - x-hat * c) * rstd (core's formulas and roundings).
+template <typename C>
+struct RmsNormRowsF {
+  static constexpr int kStats = 1;
+  template <typename Sum>
+  __device__ static void stats(const Sum& sum, int64_t d, C eps, C* s) {
+    const C ss = sum([](C v) { return mul_rn(v, v); });
+    s[0] = rsqrt_rn(add_rn(div_rn(ss, static_cast<C>(d)), eps));
+  }
+  __device__ static C xhat(C x, const C* s) { return mul_rn(x, s[0]); }
+  __device__ static C dx(C g, C xh, C, C c, const C* s) { return mul_rn(add_rn(g, -mul_rn(xh, c)), s[0]); }
+};
+
+// LayerNorm: mean = sum(x) / d, var = sum((x - mean)^2) / d (two passes
+// over the row, no cancellation), rstd = 1 / sqrt(var + eps), x-hat =
+// (x - mean) * rstd, dx = ((g - a) - x-hat * c) * rstd.
+template <typename C>
+struct LayerNormRowsF {
+  static constexpr int kStats = 2;
+  template <typename Sum>
+  __device__ static void stats(const Sum& sum, int64_t d, C eps, C* s) {
+    const C n = static_cast<C>(d);
+    const C mean = div_rn(sum([](C v) { return v; }), n);
+    const C var = div_rn(sum([mean](C v) {
+                           const C c = add_rn(v, -mean);
+                           return mul_rn(c, c);
+                         }),
+                         n);
+    s[0] = mean;
+    s[1] = rsqrt_rn(add_rn(var, eps));
+  }
+  __device__ static C xhat(C x, const C* s) { return mul_rn(add_rn(x, -s[0]), s[1]); }
+  __device__ static C dx(C g, C xh, C a, C c, const C* s) {
+    return mul_rn(add_rn(add_rn(g, -a), -mul_rn(xh, c)), s[1]);
+  }
+};
+
+}  // namespace tierkit_cuda

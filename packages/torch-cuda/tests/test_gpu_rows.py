@@ -1,0 +1,81 @@
+"""GPU tests of every row reduction of the op table (ROW_REDUCTIONS: the
+kind's generic CUDA kernels with each entry's functor) against the CPU
+kernels and float64, table-driven: forward, backward (x and every
+parameter), determinism and mixed dtypes. Skipped without a CUDA device.
+test_gpu_rms_norm.py holds RMSNorm's own cases (fused forms, errors)."""
+
+import pytest
+import torch
+from conftest import DTYPES, gpu
+from tierkit_core.op_table import ROW_REDUCTIONS
+from tierkit_torch_common.rows import reference
+
+pytestmark = gpu
+SHAPES = [(64, 128), (33, 1000), (5, 4096), (3, 4097), (300, 1)]
+ENTRIES = [pytest.param(e, id=e.name) for e in ROW_REDUCTIONS]
+
+
+def params_for(entry, d, dtype, g):
+    return [(1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).to(dtype) for _ in entry.params]
+
+
+def tol(dtype):
+    return torch.finfo(dtype).eps * (2 if dtype in (torch.float16, torch.bfloat16) else 32)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_forward_and_backward_match_the_cpu_and_float64(entry, dtype, shape):
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(*shape, generator=g, dtype=torch.float64) * 3 + 1).to(dtype)
+    params = params_for(entry, shape[-1], dtype, g)
+    dy = torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+    op = getattr(torch.ops.tierkit, entry.name)
+    eps = 1e-5
+    cpu = [t.clone().requires_grad_() for t in (x, *params)]
+    gpu_ = [t.cuda().requires_grad_() for t in (x, *params)]
+    y_cpu, y_gpu = op(cpu[0], *cpu[1:], eps), op(gpu_[0], *gpu_[1:], eps)
+    exact = reference(torch, entry, x.double(), [p.double() for p in params], eps)
+    t = tol(dtype) * max(1.0, exact.abs().max().item())
+    torch.testing.assert_close(y_gpu.cpu(), y_cpu.detach(), rtol=tol(dtype), atol=t)
+    torch.testing.assert_close(y_gpu.double().cpu(), exact, rtol=tol(dtype) * 4, atol=t * 4)
+    grads_cpu = torch.autograd.grad(y_cpu, cpu, dy)
+    grads_gpu = torch.autograd.grad(y_gpu, gpu_, dy.cuda())
+    for a, b in zip(grads_gpu, grads_cpu):
+        scale = max(1.0, b.double().abs().max().item())
+        torch.testing.assert_close(a.cpu(), b, rtol=tol(dtype) * 16, atol=tol(dtype) * 16 * scale)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_backward_is_deterministic(entry):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4096, 512, generator=g).cuda().requires_grad_()
+    params = [p.cuda().requires_grad_() for p in params_for(entry, 512, torch.float32, g)]
+    op = getattr(torch.ops.tierkit, entry.name)
+    dy = torch.randn(4096, 512).cuda()
+    first = torch.autograd.grad(op(x, *params, 1e-5), [x, *params], dy)
+    for _ in range(3):
+        again = torch.autograd.grad(op(x, *params, 1e-5), [x, *params], dy)
+        assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_float32_parameters_with_bfloat16_input_match_the_cpu(entry):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(16, 256, generator=g).to(torch.bfloat16)
+    params = params_for(entry, 256, torch.float32, g)
+    op = getattr(torch.ops.tierkit, entry.name)
+    y_gpu = op(x.cuda(), *[p.cuda() for p in params], 1e-5)
+    y_cpu = op(x, *params, 1e-5)
+    assert y_gpu.dtype == torch.bfloat16
+    torch.testing.assert_close(y_gpu.cpu().float(), y_cpu.float(), rtol=2**-7, atol=2**-7)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_compile_fullgraph_dynamic(entry):
+    op = getattr(torch.ops.tierkit, entry.name)
+    x = torch.randn(8, 64, device="cuda")
+    params = [torch.randn(64, device="cuda") for _ in entry.params]
+    fn = torch.compile(lambda x, *p: op(x, *p, 1e-5), fullgraph=True, dynamic=True)
+    torch.testing.assert_close(fn(x, *params), op(x, *params, 1e-5))
