@@ -4,8 +4,9 @@ Three targets, all under AddressSanitizer and UBSan:
 - core_views (libFuzzer, packages/cpp-core/fuzz/fuzz_views.cpp): views over
   arbitrary shapes/strides/offsets, the out= overlap rule and broadcasting
   against brute force, the pointwise kernels against the scalar functor;
-- core_rows (libFuzzer, fuzz_rows.cpp): the row kernels over arbitrary
-  lengths, values and aliasing, against separate copies and long double;
+- core_rows (libFuzzer, fuzz_rows.cpp): the row kernels of every row
+  reduction in the op table over arbitrary lengths, values and aliasing,
+  against separate copies and the entry's formula in long double;
 - bridge (atheris, packages/pybind-bridge/fuzz/fuzz_bridge.py): the bridge's
   entry points fed by fuzzer-built producers (buffer protocol, hand-built
   DLPack capsules, torch views), the bridge built with clang and

@@ -1,9 +1,8 @@
-// RMSNorm row kernels (tierkit/rms_norm.h): forward, backward and the fused
-// residual form against long double references, edge cases (d = 1, odd d,
-// empty shapes, zero rows, large values), the documented summation order bit
-// for bit, and determinism across thread counts and Runner chunkings. The
-// RmsNorm* tests run again with TIERKIT_SIMD=avx2 and =baseline
-// (CMakeLists.txt): every SIMD copy gives the same bits.
+// RMSNorm row kernels (the row kinds' loops, tierkit/row_kernels.h, over its functor): forward, backward and
+// the fused residual form against long double references, edge cases (d = 1, odd d, empty shapes, zero rows,
+// large values), the documented summation order bit for bit, and determinism across thread counts and Runner
+// chunkings. The RmsNorm* tests run again with TIERKIT_SIMD=avx2 and =baseline (CMakeLists.txt): every SIMD
+// copy gives the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "tierkit/rms_norm.h"
+#include "tierkit/row_functors.h"
 
 using tierkit::BFloat16;
 using tierkit::compute_t;
@@ -24,6 +23,32 @@ using tierkit::Half;
 namespace k = tierkit::kernels;
 
 namespace {
+
+// rms_norm's entry points as these tests call them: the generic loops over
+// the RmsNorm kind, with its one parameter.
+namespace rms {
+template <typename T, typename Runner = tierkit::kernels::PoolRunner>
+void rms_norm_forward(const T* x, const T* w, double eps, std::int64_t rows, std::int64_t d, T* y,
+                      tierkit::compute_t<T>* rstd, const Runner& run = {}) {
+  tierkit::kernels::row_forward<tierkit::kernels::RmsNorm>(x, tierkit::kernels::RowParams<T>{w, nullptr}, eps,
+                                                           rows, d, y, rstd, run);
+}
+template <typename T, typename Runner = tierkit::kernels::PoolRunner>
+void add_rms_norm_forward(const T* x, const T* residual, const T* w, double eps, std::int64_t rows,
+                          std::int64_t d, T* y, T* h_out, tierkit::compute_t<T>* rstd,
+                          const Runner& run = {}) {
+  tierkit::kernels::row_add_forward<tierkit::kernels::RmsNorm>(
+      x, residual, tierkit::kernels::RowParams<T>{w, nullptr}, eps, rows, d, y, h_out, rstd, run);
+}
+template <typename T, typename Runner = tierkit::kernels::PoolRunner>
+void rms_norm_backward(const T* dy, const T* x, const T* w, const tierkit::compute_t<T>* rstd,
+                       std::int64_t rows, std::int64_t d, T* dx, tierkit::compute_t<T>* dw,
+                       const Runner& run = {}) {
+  tierkit::kernels::row_backward<tierkit::kernels::RmsNorm>(
+      dy, x, tierkit::kernels::RowParams<T>{w, nullptr}, rstd, rows, d, dx, dw,
+      static_cast<tierkit::compute_t<T>*>(nullptr), run);
+}
+}  // namespace rms
 
 template <typename T>
 using C = compute_t<T>;
@@ -134,7 +159,7 @@ TYPED_TEST(RmsNorm, ForwardMatchesReference) {
       std::vector<T> y(x.size());
       std::vector<C<T>> rstd(s.rows);
       const T* wp = with_w ? w.data() : nullptr;
-      k::rms_norm_forward(x.data(), wp, 1e-6, s.rows, s.d, y.data(), rstd.data());
+      rms::rms_norm_forward(x.data(), wp, 1e-6, s.rows, s.d, y.data(), rstd.data());
       const Ref ref = reference_forward(x, wp, 1e-6, s.rows, s.d);
       for (std::int64_t i = 0; i < s.rows; ++i)
         EXPECT_LE(std::fabs(rstd[i] - ref.rstd[i]), 8 * eps_c<T>() * ref.rstd[i])
@@ -179,7 +204,7 @@ TYPED_TEST(RmsNorm, ForwardIsTheDocumentedOrderBitForBit) {
     for (const T* wp : {w.data(), static_cast<const T*>(nullptr)}) {
       std::vector<T> y(x.size()), y_doc(x.size());
       std::vector<C<T>> rstd(s.rows), rstd_doc(s.rows);
-      k::rms_norm_forward(x.data(), wp, 1e-5, s.rows, s.d, y.data(), rstd.data());
+      rms::rms_norm_forward(x.data(), wp, 1e-5, s.rows, s.d, y.data(), rstd.data());
       documented_forward(x.data(), wp, 1e-5, s.rows, s.d, y_doc.data(), rstd_doc.data());
       EXPECT_TRUE(same_bits(y, y_doc)) << "d " << s.d;
       EXPECT_TRUE(same_bits(rstd, rstd_doc)) << "d " << s.d;
@@ -199,8 +224,8 @@ TYPED_TEST(RmsNorm, BackwardMatchesReference) {
       const T* wp = with_w ? w.data() : nullptr;
       std::vector<T> y(x.size()), dx(x.size());
       std::vector<C<T>> rstd(rows), dw(d, C<T>(123));
-      k::rms_norm_forward(x.data(), wp, 1e-6, rows, d, y.data(), rstd.data());
-      k::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, dx.data(), dw.data());
+      rms::rms_norm_forward(x.data(), wp, 1e-6, rows, d, y.data(), rstd.data());
+      rms::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, dx.data(), dw.data());
       // The reference from the same rstd: only backward's own error.
       std::vector<long double> dw_ref(d, 0), dw_abs(d, 0);
       for (std::int64_t r = 0; r < rows; ++r) {
@@ -233,10 +258,10 @@ TYPED_TEST(RmsNorm, BackwardMatchesReference) {
       // dx alone and dw alone give the same bits as both together.
       std::vector<T> dx_only(x.size());
       std::vector<C<T>> dw_only(d);
-      k::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, dx_only.data(),
-                           static_cast<C<T>*>(nullptr));
-      k::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, static_cast<T*>(nullptr),
-                           dw_only.data());
+      rms::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, dx_only.data(),
+                             static_cast<C<T>*>(nullptr));
+      rms::rms_norm_backward(dy.data(), x.data(), wp, rstd.data(), rows, d, static_cast<T*>(nullptr),
+                             dw_only.data());
       EXPECT_TRUE(same_bits(dx, dx_only));
       EXPECT_TRUE(same_bits(dw, dw_only));
     }
@@ -247,19 +272,19 @@ TYPED_TEST(RmsNorm, EmptyShapes) {
   using T = TypeParam;
   // rows = 0: nothing written but dw, which is zeroed.
   std::vector<C<T>> dw(4, C<T>(7));
-  k::rms_norm_forward<T>(nullptr, nullptr, 1e-6, 0, 4, nullptr, nullptr);
-  k::add_rms_norm_forward<T>(nullptr, nullptr, nullptr, 1e-6, 0, 4, nullptr, nullptr, nullptr);
-  k::rms_norm_backward<T>(nullptr, nullptr, nullptr, nullptr, 0, 4, nullptr, dw.data());
+  rms::rms_norm_forward<T>(nullptr, nullptr, 1e-6, 0, 4, nullptr, nullptr);
+  rms::add_rms_norm_forward<T>(nullptr, nullptr, nullptr, 1e-6, 0, 4, nullptr, nullptr, nullptr);
+  rms::rms_norm_backward<T>(nullptr, nullptr, nullptr, nullptr, 0, 4, nullptr, dw.data());
   for (C<T> v : dw) EXPECT_EQ(v, C<T>(0));
   // d = 0: rstd = 1 / sqrt(0 / 0 + eps) = NaN, as torch's _fused_rms_norm.
   std::vector<C<T>> rstd(3, C<T>(0));
   T dummy[1];
-  k::rms_norm_forward<T>(dummy, nullptr, 1e-6, 3, 0, dummy, rstd.data());
+  rms::rms_norm_forward<T>(dummy, nullptr, 1e-6, 3, 0, dummy, rstd.data());
   for (C<T> v : rstd) EXPECT_TRUE(std::isnan(v));
   std::fill(rstd.begin(), rstd.end(), C<T>(0));
-  k::add_rms_norm_forward<T>(dummy, dummy, nullptr, 1e-6, 3, 0, dummy, dummy, rstd.data());
+  rms::add_rms_norm_forward<T>(dummy, dummy, nullptr, 1e-6, 3, 0, dummy, dummy, rstd.data());
   for (C<T> v : rstd) EXPECT_TRUE(std::isnan(v));
-  k::rms_norm_backward<T>(dummy, dummy, dummy, rstd.data(), 3, 0, dummy, dw.data());
+  rms::rms_norm_backward<T>(dummy, dummy, dummy, rstd.data(), 3, 0, dummy, dw.data());
 }
 
 TYPED_TEST(RmsNorm, ZeroRows) {
@@ -268,12 +293,12 @@ TYPED_TEST(RmsNorm, ZeroRows) {
   std::vector<T> x(rows * d, to_t<T>(0)), y(x.size(), to_t<T>(5)), dx(x.size());
   const auto w = random_vec<T>(d, 9);
   std::vector<C<T>> rstd(rows), dw(d);
-  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data());
+  rms::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data());
   const C<T> expect = C<T>(1) / std::sqrt(static_cast<C<T>>(1e-6));
   for (C<T> v : rstd) EXPECT_EQ(v, expect);
   for (const T& v : y) EXPECT_EQ(ld(v), 0.0L);
   const auto dy = random_vec<T>(rows * d, 10);
-  k::rms_norm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, d, dx.data(), dw.data());
+  rms::rms_norm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, d, dx.data(), dw.data());
   // x_hat = 0: dx = g * rstd, dw = 0.
   for (std::int64_t i = 0; i < rows * d; ++i)
     EXPECT_EQ(bits_of(dx[i]),
@@ -288,13 +313,13 @@ TEST(RmsNormLarge, FloatSumOfSquaresOf1e18) {
   for (std::int64_t j = 0; j < d; ++j) x[j] = (j % 2 ? -1e18f : 1e18f);
   std::vector<float> y(d);
   float rstd = 0;
-  k::rms_norm_forward(x.data(), static_cast<const float*>(nullptr), 1e-6, 1, d, y.data(), &rstd);
+  rms::rms_norm_forward(x.data(), static_cast<const float*>(nullptr), 1e-6, 1, d, y.data(), &rstd);
   EXPECT_NEAR(rstd * 1e18, 1.0, 1e-6);
   for (std::int64_t j = 0; j < d; ++j) EXPECT_NEAR(y[j], j % 2 ? -1.0 : 1.0, 1e-6);
   // bfloat16 reaches 3e38, float's range: 1e18 in bfloat16 too.
   std::vector<BFloat16> xb(d), yb(d);
   for (std::int64_t j = 0; j < d; ++j) xb[j] = BFloat16(x[j]);
-  k::rms_norm_forward(xb.data(), static_cast<const BFloat16*>(nullptr), 1e-6, 1, d, yb.data(), &rstd);
+  rms::rms_norm_forward(xb.data(), static_cast<const BFloat16*>(nullptr), 1e-6, 1, d, yb.data(), &rstd);
   for (std::int64_t j = 0; j < d; ++j) EXPECT_EQ(static_cast<float>(yb[j]), j % 2 ? -1.0f : 1.0f);
 }
 
@@ -307,10 +332,10 @@ std::vector<std::vector<std::uint64_t>> all_outputs(std::int64_t rows, std::int6
   const auto w = random_vec<T>(d, 14);
   std::vector<T> y(x.size()), dx(x.size()), h(x.size()), y2(x.size());
   std::vector<C<T>> rstd(rows), dw(d), rstd2(rows);
-  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data(), run);
-  k::rms_norm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, d, dx.data(), dw.data(), run);
-  k::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, rows, d, y2.data(), h.data(), rstd2.data(),
-                          run);
+  rms::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data(), run);
+  rms::rms_norm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, d, dx.data(), dw.data(), run);
+  rms::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, rows, d, y2.data(), h.data(), rstd2.data(),
+                            run);
   auto as_bits = [](const auto& v) {
     std::vector<std::uint64_t> b;
     for (const auto& e : v) b.push_back(bits_of(e));
@@ -340,25 +365,25 @@ TYPED_TEST(RmsNorm, AddRmsNorm) {
     const auto w = random_vec<T>(s.d, 17 + s.d);
     std::vector<T> y(n), h(n), y_ref(n), h_ref(n);
     std::vector<C<T>> rstd(s.rows), rstd_ref(s.rows);
-    k::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, s.rows, s.d, y.data(), h.data(),
-                            rstd.data());
+    rms::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, s.rows, s.d, y.data(), h.data(),
+                              rstd.data());
     for (std::int64_t i = 0; i < n; ++i)
       tierkit::store_compute(&h_ref[i], tierkit::load_compute(&x[i]) + tierkit::load_compute(&res[i]));
-    k::rms_norm_forward(h_ref.data(), w.data(), 1e-6, s.rows, s.d, y_ref.data(), rstd_ref.data());
+    rms::rms_norm_forward(h_ref.data(), w.data(), 1e-6, s.rows, s.d, y_ref.data(), rstd_ref.data());
     EXPECT_TRUE(same_bits(h, h_ref)) << "d " << s.d;
     EXPECT_TRUE(same_bits(y, y_ref)) << "d " << s.d;
     EXPECT_TRUE(same_bits(rstd, rstd_ref)) << "d " << s.d;
     // h_out = residual, in place.
     std::vector<T> inplace = res, y3(n);
-    k::add_rms_norm_forward(x.data(), inplace.data(), w.data(), 1e-6, s.rows, s.d, y3.data(), inplace.data(),
-                            rstd.data());
+    rms::add_rms_norm_forward(x.data(), inplace.data(), w.data(), 1e-6, s.rows, s.d, y3.data(),
+                              inplace.data(), rstd.data());
     EXPECT_TRUE(same_bits(inplace, h_ref)) << "d " << s.d;
     EXPECT_TRUE(same_bits(y3, y_ref)) << "d " << s.d;
     // Without a weight.
-    k::add_rms_norm_forward(x.data(), res.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, y.data(),
-                            h.data(), rstd.data());
-    k::rms_norm_forward(h_ref.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, y_ref.data(),
-                        rstd_ref.data());
+    rms::add_rms_norm_forward(x.data(), res.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d,
+                              y.data(), h.data(), rstd.data());
+    rms::rms_norm_forward(h_ref.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, y_ref.data(),
+                          rstd_ref.data());
     EXPECT_TRUE(same_bits(y, y_ref)) << "d " << s.d;
   }
 }
@@ -370,8 +395,8 @@ TYPED_TEST(RmsNorm, InPlaceForward) {
   const auto w = random_vec<T>(d, 19);
   std::vector<T> y(x.size());
   std::vector<C<T>> rstd(rows);
-  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data());
-  k::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, x.data(), rstd.data());
+  rms::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, y.data(), rstd.data());
+  rms::rms_norm_forward(x.data(), w.data(), 1e-6, rows, d, x.data(), rstd.data());
   EXPECT_TRUE(same_bits(x, y));
 }
 
@@ -389,36 +414,36 @@ TYPED_TEST(RmsNorm, WeightInsideAnOutputIsReadAsCalled) {
     std::vector<T> inplace = res, y(n), y_ref(n), h_ref(n);
     const std::vector<T> w(res.begin() + wrow * d, res.begin() + (wrow + 1) * d);
     std::vector<C<T>> rstd(rows), rstd_ref(rows);
-    k::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, rows, d, y_ref.data(), h_ref.data(),
-                            rstd_ref.data());
+    rms::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, rows, d, y_ref.data(), h_ref.data(),
+                              rstd_ref.data());
     for (std::int64_t chunk : {std::int64_t{1}, std::int64_t{5}, rows}) {
       inplace = res;
-      k::add_rms_norm_forward(x.data(), inplace.data(), inplace.data() + wrow * d, 1e-6, rows, d, y.data(),
-                              inplace.data(), rstd.data(), ReverseChunkRunner{chunk});
+      rms::add_rms_norm_forward(x.data(), inplace.data(), inplace.data() + wrow * d, 1e-6, rows, d, y.data(),
+                                inplace.data(), rstd.data(), ReverseChunkRunner{chunk});
       EXPECT_TRUE(same_bits(y, y_ref)) << "row " << wrow << " chunk " << chunk;
       EXPECT_TRUE(same_bits(inplace, h_ref)) << "row " << wrow << " chunk " << chunk;
     }
     // rms_norm with y = x (the bridge's out=x) and the weight x's row wrow.
     std::vector<T> xy = x;
     const std::vector<T> wx(x.begin() + wrow * d, x.begin() + (wrow + 1) * d);
-    k::rms_norm_forward(x.data(), wx.data(), 1e-6, rows, d, y_ref.data(), rstd_ref.data());
-    k::rms_norm_forward(xy.data(), xy.data() + wrow * d, 1e-6, rows, d, xy.data(), rstd.data(),
-                        ReverseChunkRunner{3});
+    rms::rms_norm_forward(x.data(), wx.data(), 1e-6, rows, d, y_ref.data(), rstd_ref.data());
+    rms::rms_norm_forward(xy.data(), xy.data() + wrow * d, 1e-6, rows, d, xy.data(), rstd.data(),
+                          ReverseChunkRunner{3});
     EXPECT_TRUE(same_bits(xy, y_ref)) << "row " << wrow;
     // rms_norm into y with the weight y's row wrow (out=out, weight=out[0]).
     std::vector<T> yw(n);
     std::copy(wx.begin(), wx.end(), yw.begin() + wrow * d);
-    k::rms_norm_forward(x.data(), yw.data() + wrow * d, 1e-6, rows, d, yw.data(), rstd.data(),
-                        ReverseChunkRunner{2});
+    rms::rms_norm_forward(x.data(), yw.data() + wrow * d, 1e-6, rows, d, yw.data(), rstd.data(),
+                          ReverseChunkRunner{2});
     EXPECT_TRUE(same_bits(yw, y_ref)) << "row " << wrow;
     // backward with dx = dy in place and the weight dy's row wrow.
     const std::vector<T> wg(dy.begin() + wrow * d, dy.begin() + (wrow + 1) * d);
     std::vector<T> dx_ref(n), dxy = dy;
     std::vector<C<T>> dw_ref(d), dw(d);
-    k::rms_norm_backward(dy.data(), x.data(), wg.data(), rstd_ref.data(), rows, d, dx_ref.data(),
-                         dw_ref.data());
-    k::rms_norm_backward(dxy.data(), x.data(), dxy.data() + wrow * d, rstd_ref.data(), rows, d, dxy.data(),
-                         dw.data(), ReverseChunkRunner{4});
+    rms::rms_norm_backward(dy.data(), x.data(), wg.data(), rstd_ref.data(), rows, d, dx_ref.data(),
+                           dw_ref.data());
+    rms::rms_norm_backward(dxy.data(), x.data(), dxy.data() + wrow * d, rstd_ref.data(), rows, d, dxy.data(),
+                           dw.data(), ReverseChunkRunner{4});
     EXPECT_TRUE(same_bits(dxy, dx_ref)) << "row " << wrow;
     EXPECT_TRUE(same_bits(dw, dw_ref)) << "row " << wrow;
   }

@@ -68,7 +68,7 @@ PYBIND11_MODULE(_bridge, m) {
 
   bind_buffer(m);
   bind_ops(m);
-  bind_norms(m);
+  bind_rows(m);
   bind_allocator(m);
 
 #ifdef TIERKIT_SANITIZE_BUILD

@@ -8,8 +8,8 @@ namespace tierkit_bridge {
 namespace py = pybind11;
 
 void bind_ops(py::module_& m);
-// The row reductions (rms_norm.cpp).
-void bind_norms(py::module_& m);
+// The row reductions, one function per op-table entry (rows.cpp).
+void bind_rows(py::module_& m);
 // The thread cap set_num_threads() sets (0: every pool thread).
 unsigned max_threads();
 // A fresh C-contiguous output of `like`'s shape and dtype, presented as the

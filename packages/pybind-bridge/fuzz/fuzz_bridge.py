@@ -22,6 +22,8 @@ import sys
 import warnings
 
 import atheris
+from tierkit_core.op_table import ROW_REDUCTIONS
+from tierkit_core.op_testing import evaluate_row, numpy_row_functions, row_names
 
 with atheris.instrument_imports():
     import numpy as np
@@ -33,6 +35,7 @@ except ImportError:  # the target runs without torch too, with fewer producers
     torch = None
 
 warnings.simplefilter("ignore")
+ROW_FUNCTIONS = numpy_row_functions(np)
 ALLOWED = (TypeError, ValueError)
 NUMPY_DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "bool", "complex64", ">f4", "<f8"]
 FORMATS = [
@@ -327,16 +330,20 @@ def check_pointwise(fdp, a, b):
             np.testing.assert_array_equal(np.asarray(got), want)
 
 
-def check_rms_norm(fdp, x):
-    # The weight: none, a fresh one, or (with out=) a row of out itself; out:
+def check_rows(fdp, x):
+    # An entry of the op table's row reductions; its parameters: each none or
+    # a fresh one, the weight (with out=) possibly a row of out itself; out:
     # none, a fresh C-order array, its transpose's transpose (strided), or x.
-    weight = out = None
+    entry = ROW_REDUCTIONS[fdp.ConsumeIntInRange(0, len(ROW_REDUCTIONS) - 1)]
+    params = [None] * len(entry.params)
+    out = None
     if isinstance(x, np.ndarray) and x.ndim and x.dtype.kind == "f" and x.dtype.isnative:
         d = x.shape[-1]
-        if fdp.ConsumeBool():
-            weight = np.frombuffer(
-                fdp.ConsumeBytes(x.dtype.itemsize * d).ljust(x.dtype.itemsize * d, b"\0"), x.dtype
-            )
+        for i in range(len(params)):
+            if fdp.ConsumeBool():
+                params[i] = np.frombuffer(
+                    fdp.ConsumeBytes(x.dtype.itemsize * d).ljust(x.dtype.itemsize * d, b"\0"), x.dtype
+                )
         mode = fdp.ConsumeIntInRange(0, 3)
         if mode == 1:
             out = np.empty_like(x, order="C")
@@ -344,22 +351,23 @@ def check_rms_norm(fdp, x):
             out = np.empty(x.shape[::-1], x.dtype).T  # strided
         elif mode == 3 and x.flags.writeable:
             out = x
+        weight = params[0]
         if out is not None and out is not x and weight is not None and out.flags.c_contiguous and out.size:
             if fdp.ConsumeBool():  # the weight lies in out: read as it was at the call
                 row = out.reshape(-1, d)[0]
                 row[...] = weight
-                weight = row
+                params[0] = row
     x_before = np.array(x, copy=True) if isinstance(x, np.ndarray) else None
-    w_before = None if weight is None else np.array(weight, copy=True)
+    before = [None if p is None else np.array(p, copy=True) for p in params]
     try:
-        got = tb.rms_norm(x, weight, 1e-6, out=out)
+        got = getattr(tb, entry.name)(x, *params, 1e-6, out=out)
     except ALLOWED:
         return
     if x_before is not None and not (out is not None and _has_internal_overlap(out)):
         # Against numpy on the values the arguments had at the call. (An out
         # whose elements share addresses holds whichever write came last, in
         # the bridge as in numpy: no value to check.)
-        _compare_rms(x_before, w_before, got)
+        _compare_rows(entry, x_before, before, got)
 
 
 def _has_internal_overlap(a) -> bool:
@@ -369,21 +377,40 @@ def _has_internal_overlap(a) -> bool:
     return len(np.unique(offsets)) < a.size
 
 
-def _compare_rms(x, w, got):
+def _compare_rows(entry, x, params, got):
     if x.dtype not in (np.float32, np.float64) or not x.size or not x.ndim:
         return
-    if not np.isfinite(x).all() or np.abs(x).max() >= 1e15:
-        return  # no float32 sum of squares may overflow (the kernel's rstd is then 0)
-    if w is not None and (not np.isfinite(w).all() or np.abs(w).max() >= 1e15):
-        return
-    xl = x.astype(np.float64)
-    want = xl / np.sqrt((xl * xl).mean(-1, keepdims=True) + 1e-6)
-    if w is not None:
-        want = want * w.astype(np.float64)
+    # No float32 sum of squares may overflow (the kernel's rstd is then 0).
+    for a in (x, *(p for p in params if p is not None)):
+        if not np.isfinite(a).all() or np.abs(a).max() >= 1e15:
+            return
+    wide = np.float64
+    names = row_names(
+        entry, x.astype(wide), [None if p is None else p.astype(wide) for p in params], 1e-6, ROW_FUNCTIONS
+    )
+    want = np.asarray(evaluate_row(entry, entry.reference, names), dtype=wide)
+    # The normalised rows' largest magnitude bounds their cancellation
+    # (layer_norm's x - mean); each element's error is a few units of it,
+    # scaled by its weight, plus its own.
+    xhat = np.asarray(
+        evaluate_row(
+            entry,
+            entry.reference,
+            row_names(entry, x.astype(wide), [None] * len(params), 1e-6, ROW_FUNCTIONS),
+        )
+    )
+    scale = np.abs(xhat).max(-1, keepdims=True) if xhat.size else 0.0
+    w = 1.0 if params[0] is None else np.abs(params[0].astype(wide))
+    b = 0.0 if len(params) < 2 or params[1] is None else np.abs(params[1].astype(wide))
+    g = np.asarray(got).astype(wide)
+    tol = 1e-5 * (np.abs(want) + scale * w + b) + 1e-30
     finite = np.isfinite(want)
-    g = np.asarray(got).astype(np.float64)
-    scale = np.abs(want[finite]).max() if finite.any() else 0.0
-    assert np.allclose(g[finite], want[finite], rtol=1e-5, atol=1e-6 * scale + 1e-30), (x, w, got)
+    assert (np.abs(g - want)[finite] <= np.broadcast_to(tol, want.shape)[finite]).all(), (
+        entry.name,
+        x,
+        params,
+        got,
+    )
 
 
 def TestOneInput(data: bytes) -> None:
@@ -400,7 +427,7 @@ def TestOneInput(data: bytes) -> None:
         if what == 0:
             check_pointwise(fdp, a, b)
         elif what == 1:
-            check_rms_norm(fdp, a)
+            check_rows(fdp, a)
         else:
             tb.as_buffer(a)
     except ALLOWED:

@@ -5,7 +5,14 @@ bound to numpy, so a new entry is tested here with no new test code."""
 import numpy as np
 import tierkit_bridge as tb
 from tierkit_core.op_table import OPS, find
-from tierkit_core.op_testing import evaluate, numpy_functions, scalar_values
+from tierkit_core.op_testing import (
+    evaluate,
+    evaluate_row,
+    numpy_functions,
+    numpy_row_functions,
+    row_names,
+    scalar_values,
+)
 
 NUMPY = numpy_functions(np)
 # The bridge's name for each entry, and how many arrays it takes.
@@ -33,3 +40,24 @@ def tolerance(op, dtype):
 
 def call(op, *arrays, out=None):
     return getattr(tb, op)(*arrays, *scalar_values(BRIDGE[op]), out=out)
+
+
+def row_reference(entry, x, params, eps=None):
+    """The row reduction's value from its table formula in extended precision
+    (numpy's longdouble), parameters None where absent; eps the entry's
+    default when None."""
+    if eps is None:
+        eps = (
+            entry.eps
+            if entry.eps is not None
+            else np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps
+        )
+    wide = np.longdouble
+    names = row_names(
+        entry,
+        np.asarray(x).astype(wide),
+        [None if p is None else np.asarray(p).astype(wide) for p in params],
+        wide(eps),
+        numpy_row_functions(np),
+    )
+    return np.asarray(evaluate_row(entry, entry.reference, names), dtype=wide)

@@ -1,6 +1,6 @@
 """Writes the op table's part of the bridge's stub (``src/tierkit_bridge/_bridge.pyi``):
-a signature per entry of ``tierkit_core.op_table.OPS`` and its ``_exact``
-twin, between the stub's BEGIN/END op table lines (stubtest compares them
+a signature per pointwise entry of ``tierkit_core.op_table.OPS`` and its
+``_exact`` twin, and one per row reduction (``ROW_REDUCTIONS``), between the stub's BEGIN/END op table lines (stubtest compares them
 with the compiled module's).
 
     python packages/pybind-bridge/tools/op_stub.py          # rewrite it
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tierkit_core.op_codegen import generator_main, rewrite_section
-from tierkit_core.op_table import OPS
+from tierkit_core.op_table import OPS, ROW_REDUCTIONS
 
 STUB = Path(__file__).resolve().parents[1] / "src" / "tierkit_bridge" / "_bridge.pyi"
 COMMAND = "python packages/pybind-bridge/tools/op_stub.py"
@@ -26,6 +26,12 @@ def render(current: str) -> str:
         params = ", ".join([f"{t}: _ArrayLike" for t in op.tensors] + [f"{x}: float" for x in op.scalars])
         for name in (op.bridge, f"_{op.bridge}_exact"):
             lines.append(f"def {name}({params}, *, out: _ArrayLike | None = None) -> Any: ...\n")
+    for row in ROW_REDUCTIONS:
+        params = "".join(f", {p}: _ArrayLike | None = None" for p in row.params)
+        eps = "float | None = None" if row.eps is None else f"float = {row.eps!r}"
+        lines.append(
+            f"def {row.name}(x: _ArrayLike{params}, eps: {eps}, *, out: _ArrayLike | None = None) -> Any: ...\n"
+        )
     return rewrite_section(current, BEGIN, END, "".join(lines) + "\n")  # the blank line: ruff format's
 
 

@@ -19,7 +19,7 @@ SECTIONS = {
     "gpu",
     "stable_abi",
     "silu",
-    "rms",
+    "rows",
     "percall",
     "entries",
 }
@@ -45,7 +45,7 @@ def quick_run(tmp_path_factory):
 def test_progress_is_reported(quick_run):
     _, proc = quick_run
     assert (
-        "(1/13) stream" in proc.stderr and "(12/13) rms" in proc.stderr and "(13/13) entries" in proc.stderr
+        "(1/13) stream" in proc.stderr and "(12/13) rows" in proc.stderr and "(13/13) entries" in proc.stderr
     )
 
 
@@ -71,7 +71,7 @@ def test_json_schema(quick_run):
 def test_every_target_is_reported(quick_run):
     out, _ = quick_run
     results = json.loads((out / "results.json").read_text())
-    # 27 + silu_mul's and gelu_tanh_mul's 9 each at 1e6 (--quick measures rms_norm at no target's shape) + the benchmark
+    # 27 + silu_mul's and gelu_tanh_mul's 9 each at 1e6 (--quick measures the row reductions at no target's shape) + the benchmark
     # issue's 5 per-call and allocation goals + "no figure above 1.05 x its limit"
     assert len(results["targets"]) == 51
     for t in results["targets"]:

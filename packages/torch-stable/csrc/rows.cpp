@@ -71,7 +71,8 @@ void check_rows(const char* op, const Tensor& x, const std::array<OptTensor, P>&
 }
 
 // The eps a call computes with: its own, or the entry's default (torch's
-// for RMSNorm: the compute type's machine epsilon, F.rms_norm's opmath).
+// where the schema leaves eps optional: the compute type's machine epsilon, as
+// aten's RMSNorm in its opmath type).
 double eps_or_default(const Tensor& x, std::optional<double> eps) {
   if (eps) return *eps;
   return x.scalar_type() == ScalarType::Double ? std::numeric_limits<double>::epsilon()
@@ -98,7 +99,7 @@ Tensor fresh_like(const Tensor& x, std::optional<ScalarType> dtype = std::nullop
   return out;
 }
 
-// The stats: x's leading dims and the entry's count (aten's _fused_rms_norm
+// The stats: x's leading dims and the entry's count (aten's fused RMSNorm
 // keeps the dim: [..., 1] for its rstd).
 Tensor new_stats(const Tensor& x, std::size_t count) {
   std::vector<int64_t> shape = sizes_of(x);

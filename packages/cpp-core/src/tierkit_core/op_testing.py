@@ -1,6 +1,7 @@
 """What the test suites of every tier need from an op table entry, with no
 array library: the test values of its scalars and its `reference` formula
-evaluated over the caller's arrays and functions.
+evaluated over the caller's arrays and functions; for a row reduction, its
+terms, value and gradients (`row_names`, `evaluate_row`).
 
 torch's suites bind it to torch (``tierkit_torch_common.testing``), the
 bridge's to numpy: one set of test scalars and one evaluator, so a new entry
@@ -12,9 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tierkit_core.op_table import FORMULA_FUNCTIONS, find
+from tierkit_core.op_table import FORMULA_FUNCTIONS, RowReduction, find
 
-__all__ = ["TEST_SCALARS", "evaluate", "numpy_functions", "scalar_values"]
+__all__ = [
+    "ROW_FUNCTIONS",
+    "TEST_SCALARS",
+    "evaluate",
+    "evaluate_row",
+    "numpy_functions",
+    "numpy_row_functions",
+    "row_names",
+    "scalar_values",
+]
 
 # The float arguments' values in the tests, by name (any other: 0.5).
 TEST_SCALARS: Mapping[str, float] = {"alpha": 1.75, "beta": -0.5, "c": 0.25}
@@ -62,3 +72,50 @@ def evaluate(
         raise TypeError(f"evaluate: {op} takes {len(entry.scalars)} scalars, got {len(values)}")
     names.update(zip(entry.scalars, values))
     return eval(entry.reference, {"__builtins__": {}, **functions}, names)
+
+
+# ---- row reductions -------------------------------------------------------------
+
+# What a row reduction's formulas call: the mean over the last dim (kept as
+# a dim of 1), the sum over every leading dim (a parameter's shape), 1/sqrt.
+ROW_FUNCTIONS = ("row_mean", "row_sum", "rsqrt")
+
+
+def numpy_row_functions(np: Any) -> dict[str, Callable[..., Any]]:
+    """The row formulas' vocabulary in numpy (the module passed in)."""
+    return {
+        "row_mean": lambda t: t.mean(-1, keepdims=True),
+        "row_sum": lambda t: t.reshape(-1, t.shape[-1]).sum(0),
+        "rsqrt": lambda t: 1 / np.sqrt(t),
+    }
+
+
+def row_names(
+    entry: RowReduction,
+    x: Any,
+    params: Sequence[Any],
+    eps: float,
+    functions: Mapping[str, Callable[..., Any]],
+    grad: Any = None,
+) -> dict[str, Any]:
+    """The names the entry's formulas read, bound: `functions`, x, its
+    parameters (in the caller's compute type; an absent weight 1, an absent
+    bias 0), eps, grad (when given) and every term the formulas define."""
+    missing = set(ROW_FUNCTIONS) - set(functions)
+    if missing:
+        raise KeyError(f"row_names: functions lacks {sorted(missing)} of the row formulas' vocabulary")
+    names: dict[str, Any] = {**functions, "weight": 1.0, "bias": 0.0}
+    names.update({n: p for n, p in zip(entry.params, params) if p is not None})
+    names.update(x=x, eps=eps)
+    if grad is not None:
+        names["grad"] = grad
+    for term, formula in entry.terms.items():
+        if grad is None and "grad" in formula:
+            continue
+        names[term] = evaluate_row(entry, formula, names)
+    return names
+
+
+def evaluate_row(entry: RowReduction, formula: str, names: Mapping[str, Any]) -> Any:
+    """One of the entry's formulas (`entry.reference`, a derivative, a term) over `names` (`row_names`)."""
+    return eval(compile(formula, f"<{entry.name} formula>", "eval"), {"__builtins__": {}}, dict(names))

@@ -17,11 +17,10 @@ from importlib import metadata as _metadata
 # return ``out`` when given, else a new array presented like their first
 # input (numpy, torch, or a Buffer).
 from . import _bridge
-from ._bridge import *  # noqa: F403  (Buffer, allocator, ... and one function per op of the op table)
+from ._bridge import *  # noqa: F403  (Buffer, allocator, ... and one function per op-table entry, both kinds)
 from ._bridge import (
     _noop as _noop,  # explicit re-export: the bench measures a bare bound call
 )
-from ._norms import rms_norm as rms_norm
 
-__all__ = sorted([*(name for name in vars(_bridge) if not name.startswith("_")), "rms_norm"])
+__all__ = sorted(name for name in vars(_bridge) if not name.startswith("_"))
 __version__ = _metadata.version("tierkit-bridge")  # one source: the repository's VERSION

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
+from tierkit_core.op_testing import evaluate_row, row_names
 
 from .fake import _bound_on_first_call
 
@@ -67,29 +68,22 @@ def _row_sum(t: Any) -> Any:
 def _names(
     torch: Any, entry: RowReduction, x: Any, params: Sequence[Any], eps: Any, grad: Any
 ) -> dict[str, Any]:
-    """The formulas' names bound: functions, inputs in the compute type (an
-    absent weight 1, an absent bias 0), eps, grad (if given) and the terms."""
+    """The formulas' names bound (core's row_names) over torch: the inputs in the compute type."""
     c = compute_dtype(torch, x, params)
-    names: dict[str, Any] = {"row_mean": lambda t: t.mean(-1, keepdim=True), "row_sum": _row_sum}
-    names.update(rsqrt=torch.rsqrt, weight=1.0, bias=0.0)
-    names.update({n: p.to(c) for n, p in zip(entry.params, params) if p is not None})
-    names.update(x=x.to(c), eps=default_eps(torch, entry, x, eps))
-    if grad is not None:
-        names["grad"] = grad.to(c)
-    for term, formula in entry.terms.items():
-        if grad is None and "grad" in formula:
-            continue
-        names[term] = _eval(entry, formula, names)
-    return names
-
-
-def _eval(entry: RowReduction, formula: str, names: dict[str, Any]) -> Any:
-    return eval(compile(formula, f"<{entry.name} formula>", "eval"), {"__builtins__": {}}, names)
+    functions = {"row_mean": lambda t: t.mean(-1, keepdim=True), "row_sum": _row_sum, "rsqrt": torch.rsqrt}
+    return row_names(
+        entry,
+        x.to(c),
+        [None if p is None else p.to(c) for p in params],
+        default_eps(torch, entry, x, eps),
+        functions,
+        None if grad is None else grad.to(c),
+    )
 
 
 def reference(torch: Any, entry: RowReduction, x: Any, params: Sequence[Any], eps: float | None) -> Any:
     """The entry's value in the compute type (not rounded), differentiable."""
-    return _eval(entry, entry.reference, _names(torch, entry, x, params, eps, None))
+    return evaluate_row(entry, entry.reference, _names(torch, entry, x, params, eps, None))
 
 
 def gradients(
@@ -99,9 +93,9 @@ def gradients(
     one) by the entry's formulas with torch's ops, in its input's dtype:
     differentiable, what double backward differentiates."""
     names = _names(torch, entry, x, params, eps, grad)
-    out = [_eval(entry, entry.derivatives["x"], names).to(x.dtype)]
+    out = [evaluate_row(entry, entry.derivatives["x"], names).to(x.dtype)]
     for name, p in zip(entry.params, params):
-        out.append(None if p is None else _eval(entry, entry.derivatives[name], names).to(p.dtype))
+        out.append(None if p is None else evaluate_row(entry, entry.derivatives[name], names).to(p.dtype))
     return out
 
 
@@ -253,7 +247,7 @@ def row_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
                 (
                     entry.add_name + "_",
                     "x, residual",
-                    f"In place (vLLM's ``fused_add_rms_norm``): ``residual`` becomes ``h = x + residual``; "
+                    f"In place (vLLM's in-place fused add): ``residual`` becomes ``h = x + residual``; "
                     f"returns ``{entry.name}(h, ...)``. Not differentiable (it writes into ``residual``); "
                     "functionalized under ``torch.compile``.",
                 )

@@ -69,7 +69,7 @@ inline void check_in_place_residual(const char* op, const at::Tensor& x, const a
 }
 
 // A parameter as every row reads it: the values it had at the call. One
-// that shares memory with `written` (add_rms_norm_(x, r, r[0])) is copied
+// that shares memory with `written` (the in-place fused add given r[0] as its weight) is copied
 // first; the CUDA kernels' blocks would otherwise read it while other rows
 // rewrite it. (The CPU kernels go through core, which makes the same copy.)
 inline OptTensor param_as_called(const OptTensor& param, const at::Tensor& written) {
@@ -116,12 +116,6 @@ struct MixedRows {
     return stats.to(x_dtype == at::kDouble ? at::kDouble : at::kFloat);
   }
   at::Tensor stats_in(const at::Tensor& stats) const { return stats.to(compute); }
-
-  // Transitional: torch-cuda's single-weight kernels.
-  MixedRows(const at::Tensor& x, const OptTensor& weight) : MixedRows(x, Params<1>{weight}) {}
-  OptTensor in(const OptTensor& t) const { return defined(t) ? OptTensor(t->to(compute)) : t; }
-  at::Tensor rstd_out(const at::Tensor& rstd) const { return stats_out(rstd); }
-  at::Tensor rstd_in(const at::Tensor& rstd) const { return stats_in(rstd); }
 };
 
 // x's rows (every leading dim) and their length d (the last dim), for the kernels.
@@ -136,7 +130,8 @@ inline Rows rows_of(const at::Tensor& x) {
 }
 
 // The eps a call computes with: its own, or the entry's default (torch's
-// for RMSNorm: the compute type's machine epsilon, F.rms_norm's opmath).
+// where the schema leaves eps optional: the compute type's machine epsilon, as
+// aten's RMSNorm in its opmath type).
 inline double eps_or_default(const at::Tensor& x, std::optional<double> eps) {
   if (eps) return *eps;
   return x.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
@@ -145,7 +140,7 @@ inline double eps_or_default(const at::Tensor& x, std::optional<double> eps) {
 inline double eps_or_default(const at::Tensor&, double eps) { return eps; }
 
 // The stats' shape: x's leading dims and the entry's count (aten's
-// _fused_rms_norm keeps the dim: [..., 1] for its rstd).
+// fused RMSNorm keeps the dim: [..., 1] for its rstd).
 inline std::vector<int64_t> stats_shape(const at::Tensor& x, std::size_t stats) {
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = static_cast<int64_t>(stats);
@@ -165,16 +160,5 @@ void check_stats(const char* op, const at::Tensor& stats, const at::Tensor& x, c
       dtype_name(stats_dtype(x)), " (from ", E::forward_name(), "), got ", stats.numel(), " of ",
       dtype_name(stats.scalar_type()));
 }
-
-// ---- Transitional: torch-cuda's kernels still call these single-weight forms.
-inline void check_rows(const char* op, const at::Tensor& x, const OptTensor& weight, c10::DeviceType device) {
-  check_x(op, x, device);
-  check_param(op, x, weight, "weight");
-}
-inline OptTensor weight_as_called(const OptTensor& weight, const at::Tensor& written) {
-  return param_as_called(weight, written);
-}
-inline std::vector<int64_t> rstd_shape(const at::Tensor& x) { return stats_shape(x, 1); }
-inline at::ScalarType rstd_dtype(const at::Tensor& x) { return stats_dtype(x); }
 
 }  // namespace tierkit_torch

@@ -19,7 +19,7 @@ from . import (
     gpu,
     kernels,
     percall,
-    rms,
+    rows,
     silu,
     stable_abi,
     stream,
@@ -38,7 +38,7 @@ SECTIONS = {
     "gpu": gpu,
     "stable_abi": stable_abi,
     "silu": silu,
-    "rms": rms,
+    "rows": rows,
     "entries": entries,
 }
 

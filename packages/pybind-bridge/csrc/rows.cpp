@@ -1,0 +1,359 @@
+// The row reductions (every TIERKIT_ROW_REDUCTIONS entry of the op
+// table) for any array the bridge reads: core's row kernels,
+// without the GIL, one template instantiated per entry. The arguments come in
+// through the bridge's own import path (ArrayArg::borrow, as the pointwise
+// ops'), so the rows take what they take: numpy arrays, torch tensors
+// (bfloat16 too, a negated view by its values, one that requires grad
+// refused naming the argument), Buffers, anything with the buffer protocol
+// or __dlpack__; Python lists and tuples through numpy.asarray. The result is
+// presented like x (numpy in, numpy out; torch in, torch out; else a
+// Buffer). Each entry is a compiled function with the table's signature:
+// name(x, <params>=None, eps=<default>, *, out=None).
+#include <pybind11/pybind11.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "array_arg.h"
+#include "buffer.h"
+#include "ops.h"
+#include "tierkit/checks.h"
+#include "tierkit/op_table.h"
+#include "tierkit/row_functors.h"
+
+namespace tierkit_bridge {
+namespace {
+
+// The import path's refusals name the argument; here the op comes first, as
+// every other row error.
+ArrayArg import(const std::string& op, const py::handle& obj, const char* name, bool writable) {
+  try {
+    return ArrayArg::borrow(obj, name, writable);
+  } catch (const py::value_error& e) {
+    throw py::value_error(op + e.what());
+  } catch (const py::type_error& e) {
+    throw py::type_error(op + e.what());
+  } catch (const tierkit::DTypeError& e) {
+    throw py::type_error(op + e.what());
+  } catch (const tierkit::InvalidArgument& e) {
+    throw py::value_error(op + e.what());
+  }
+}
+
+// A module already imported (sys.modules), or null: numpy's types are only
+// looked at when numpy is there.
+py::object imported(const char* module) {
+  PyObject* m = PyDict_GetItemString(PyImport_GetModuleDict(), module);
+  return m ? py::reinterpret_borrow<py::object>(m) : py::object();
+}
+
+// A mask says which elements exist; a row's norm would be taken over the
+// masked ones too (numpy's ufuncs keep masks elementwise, but a row's
+// statistics have no masked meaning tierkit could honour as numpy.ma would),
+// so it is refused rather than silently dropped.
+void refuse_masked(const std::string& op, const py::handle& value, const char* name) {
+  const py::object ma = imported("numpy.ma");
+  if (!ma || !py::isinstance(value, ma.attr("MaskedArray"))) return;
+  const std::string n = name, o = op.substr(0, op.size() - 2);
+  throw py::type_error(op + n + ": expected an array without a mask, got a numpy.ma.MaskedArray (" + o +
+                       " would normalise over the masked elements too); pass " + n + ".filled(value) or " +
+                       n + ".data");
+}
+
+// Python sequences are arrays to numpy (np.asarray), as to numpy's functions.
+py::object from_sequence(const py::object& value) {
+  if (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())) return value;
+  return py::module_::import("numpy").attr("asarray")(value);
+}
+
+// eps as the kernel reads it: a real number (Python's or numpy's), or the
+// entry's default (torch's, the compute type's machine epsilon, where the
+// schema's eps is optional).
+template <typename Info>
+double eps_of(const std::string& op, const py::handle& eps, tierkit::DType x_dtype) {
+  if (eps.is_none()) {
+    if (!Info::eps_optional) return Info::eps_default;
+    return x_dtype == tierkit::DType::Float64 ? std::numeric_limits<double>::epsilon()
+                                              : std::numeric_limits<float>::epsilon();
+  }
+  bool real = !PyBool_Check(eps.ptr()) && (PyFloat_Check(eps.ptr()) || PyLong_Check(eps.ptr()));
+  if (!real && !PyBool_Check(eps.ptr())) {
+    const py::object np = imported("numpy");
+    real = np && (py::isinstance(eps, np.attr("floating")) || py::isinstance(eps, np.attr("integer")));
+  }
+  if (!real)
+    throw py::type_error(op + "eps: expected a real number, got " +
+                         std::string(py::str(py::type::handle_of(eps).attr("__name__"))));
+  return eps.cast<double>();
+}
+
+// A shape as Python prints a tuple: (3,), (2, 3), ().
+std::string py_shape(const tierkit::Shape& s) {
+  std::string out = "(";
+  for (int i = 0; i < s.rank(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.rank() == 1 ? ",)" : ")");
+}
+
+// to[i] = from[i] element by element, over two views of one shape and dtype
+// (bytes copied: no value changes, NaN payloads and -0 kept).
+void copy_elements(const tierkit::TensorView& from, const tierkit::TensorView& to) {
+  const std::int64_t n = from.numel();
+  if (n == 0) return;
+  const int rank = from.rank();
+  const std::size_t item = tierkit::dtype_size(from.dtype());
+  const auto* src = static_cast<const char*>(from.data());
+  auto* dst = static_cast<char*>(to.data());
+  std::int64_t index[tierkit::kMaxRank] = {};
+  std::int64_t ps = 0, pd = 0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    std::memcpy(dst + pd * static_cast<std::int64_t>(item), src + ps * static_cast<std::int64_t>(item), item);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++index[d] < from.shape()[d]) {
+        ps += from.strides()[d];
+        pd += to.strides()[d];
+        break;
+      }
+      ps -= (from.shape()[d] - 1) * from.strides()[d];
+      pd -= (to.shape()[d] - 1) * to.strides()[d];
+      index[d] = 0;
+    }
+  }
+}
+
+// A C-contiguous copy of v (a Buffer that owns it).
+Buffer contiguous_copy(const tierkit::TensorView& v) {
+  Buffer b = Buffer::empty(v.shape(), v.dtype(), false);
+  copy_elements(v, b.view());
+  return b;
+}
+
+bool meet(const tierkit::TensorView& a, const tierkit::TensorView& b) {
+  const tierkit::checks::Span sa = tierkit::checks::span_of(a), sb = tierkit::checks::span_of(b);
+  return sa.lo && sb.lo && sa.lo < sb.hi && sb.lo < sa.hi;
+}
+
+// dst[k] = src[k] converted (through src's compute type), both C-contiguous, the same length.
+void convert_into(const tierkit::TensorView& src, const tierkit::TensorView& dst) {
+  tierkit::dispatch_accepted(src.dtype(), "x", [&](auto s) {
+    using S = decltype(s);
+    tierkit::dispatch_accepted(dst.dtype(), "out", [&](auto t) {
+      using D = decltype(t);
+      const S* in = static_cast<const S*>(src.data());
+      D* out = static_cast<D*>(dst.data());
+      for (std::int64_t k = 0; k < src.numel(); ++k)
+        out[k] = static_cast<D>(static_cast<tierkit::compute_t<S>>(in[k]));
+    });
+  });
+}
+
+Buffer converted(const tierkit::TensorView& v, tierkit::DType dtype) {
+  Buffer b = Buffer::empty(v.shape(), dtype, false);
+  convert_into(v, b.view());
+  return b;
+}
+
+// y = the entry's forward of x (C-contiguous) with its parameters (each
+// null or C-contiguous of x's last dimension). Parameters of another float
+// dtype are computed as aten's norms compute them: in x's compute type
+// (float32 for 16-bit x; float64 where x or a parameter is), the parameters
+// converted to it, the result rounded to x's dtype (torch-cpu's rows.h
+// MixedRows).
+template <typename K, std::size_t P>
+void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
+                double eps, const tierkit::TensorView& y) {
+  bool mixed = false, wide = x.dtype() == tierkit::DType::Float64;
+  for (const tierkit::TensorView* p : params) {
+    if (!p) continue;
+    mixed = mixed || p->dtype() != x.dtype();
+    wide = wide || p->dtype() == tierkit::DType::Float64;
+  }
+  if (mixed) {
+    const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
+    std::array<std::optional<Buffer>, P> held;
+    std::array<tierkit::TensorView, P> views;
+    std::array<const tierkit::TensorView*, P> converted_params{};
+    for (std::size_t i = 0; i < P; ++i) {
+      if (!params[i]) continue;
+      held[i] = converted(*params[i], c);
+      views[i] = held[i]->view();
+      converted_params[i] = &views[i];
+    }
+    if (c == x.dtype()) return run_kernel<K, P>(x, converted_params, eps, y);
+    const Buffer xc = converted(x, c);
+    Buffer yc = Buffer::empty(x.shape(), c, false);
+    run_kernel<K, P>(xc.view(), converted_params, eps, yc.view());
+    convert_into(yc.view(), y);
+    return;
+  }
+  const std::int64_t d = x.shape()[x.rank() - 1];
+  const std::int64_t rows = d == 0 ? 0 : x.numel() / d;
+  const unsigned threads = max_threads();
+  tierkit::dispatch_accepted(x.dtype(), "x", [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<tierkit::compute_t<T>> stats(static_cast<std::size_t>(rows * K::kStats));
+    tierkit::kernels::RowParams<T> p;
+    if (params[0]) p.w = static_cast<const T*>(params[0]->data());
+    if constexpr (P > 1)
+      if (params[1]) p.b = static_cast<const T*>(params[1]->data());
+    py::gil_scoped_release nogil;
+    // Core reads parameters that lie in y as they were at the call.
+    tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data()), p, eps, rows, d,
+                                     static_cast<T*>(y.data()), stats.data(),
+                                     tierkit::kernels::PoolRunner{threads});
+  });
+}
+
+// One entry's function: name(x, <params>, eps, out).
+template <typename Info, typename K>
+struct BridgeRows {
+  static constexpr std::size_t P = Info::params.size();
+  using Args = std::array<py::object, P>;
+
+  static py::object call(py::object x_in, const Args& params_in, const py::handle& eps_in,
+                         const py::handle& out) {
+    const std::string op = std::string(Info::name) + ": ";
+    const py::object x = from_sequence(x_in);
+    refuse_masked(op, x, "x");
+    refuse_masked(op, out, "out");
+    Args param_objs;
+    for (std::size_t i = 0; i < P; ++i) {
+      param_objs[i] = from_sequence(params_in[i]);
+      refuse_masked(op, param_objs[i], Info::params[i]);
+    }
+    const ArrayArg ax = import(op, x, "x", false);
+    const tierkit::TensorView& vx = ax.view();
+    if (!tierkit::is_accepted(vx.dtype()))
+      throw py::type_error(op + "x: expected dtype " + tierkit::accepted_dtype_names() + ", got " +
+                           std::string(tierkit::dtype_name(vx.dtype())));
+    if (vx.rank() < 1)
+      throw py::value_error(
+          op +
+          "x: expected an array with at least one dimension (the last is normalised), got a "
+          "0-d one");
+    const std::int64_t d = vx.shape()[vx.rank() - 1];
+    const double eps = eps_of<Info>(op, eps_in, vx.dtype());
+
+    // The parameters as the kernel reads them: C-contiguous (a copy only when not).
+    std::array<std::optional<ArrayArg>, P> args;
+    std::array<std::optional<Buffer>, P> copies;
+    std::array<tierkit::TensorView, P> views;
+    std::array<const tierkit::TensorView*, P> params{};
+    for (std::size_t i = 0; i < P; ++i) {
+      if (param_objs[i].is_none()) continue;
+      const char* name = Info::params[i];
+      args[i] = import(op, param_objs[i], name, false);
+      const tierkit::TensorView& w = args[i]->view();
+      if (!tierkit::is_accepted(w.dtype()))  // any float dtype, as aten's: the result keeps x's
+        throw py::type_error(op + name + ": expected dtype " + tierkit::accepted_dtype_names() + ", got " +
+                             std::string(tierkit::dtype_name(w.dtype())));
+      if (w.rank() != 1 || w.shape()[0] != d)
+        throw py::value_error(op + name + ": expected shape (" + std::to_string(d) +
+                              ",) (x's last dimension), got " + py_shape(w.shape()));
+      if (w.is_contiguous()) {
+        views[i] = w;
+      } else {
+        copies[i] = contiguous_copy(w);
+        views[i] = copies[i]->view();
+      }
+      params[i] = &views[i];
+    }
+    // x as the kernel reads it: C-contiguous (a copy only when it is not).
+    std::optional<Buffer> x_copy;
+    tierkit::TensorView xc = vx;
+    if (!vx.is_contiguous()) {
+      x_copy = contiguous_copy(vx);
+      xc = x_copy->view();
+    }
+
+    if (out.is_none()) {
+      py::object result = new_output_like(x, xc);
+      if (xc.numel() == 0) return result;
+      const ArrayArg ar = ArrayArg::borrow(result, "out", true);
+      run_kernel<K, P>(xc, params, eps, ar.view());
+      return result;
+    }
+    const ArrayArg ao = import(op, out, "out", true);
+    const tierkit::TensorView& vo = ao.view();
+    if (vo.dtype() != vx.dtype() || vo.shape() != vx.shape())
+      throw py::value_error(op + "out: expected shape " + py_shape(vx.shape()) + " and dtype " +
+                            std::string(tierkit::dtype_name(vx.dtype())) + " (x's), got " +
+                            py_shape(vo.shape()) + " and " + std::string(tierkit::dtype_name(vo.dtype())));
+    try {
+      tierkit::checks::writable_layout(vo);
+    } catch (const tierkit::InvalidArgument& e) {
+      throw py::value_error(op + e.what());
+    }
+    if (xc.numel() == 0) return py::reinterpret_borrow<py::object>(out);
+    // Straight into out when the kernel can write it: C-contiguous, and apart
+    // from x or exactly x (each row is read before it is written); otherwise
+    // computed apart, then copied in.
+    if (vo.is_contiguous() && (!meet(vo, xc) || vo.data() == xc.data())) {
+      run_kernel<K, P>(xc, params, eps, vo);
+    } else {
+      Buffer tmp = Buffer::empty(xc.shape(), xc.dtype(), false);
+      run_kernel<K, P>(xc, params, eps, tmp.view());
+      copy_elements(tmp.view(), vo);
+    }
+    note_written(py::reinterpret_borrow<py::object>(out));
+    return py::reinterpret_borrow<py::object>(out);
+  }
+
+  static py::arg_v eps_arg() {
+    if (Info::eps_optional) return py::arg_v("eps", py::none(), "None");
+    return py::arg_v("eps", Info::eps_default);
+  }
+
+  static std::string doc() {
+    std::string params;
+    for (std::size_t i = 0; i < P; ++i)
+      params += std::string(i ? " and " : "") + "``" + Info::params[i] + "``";
+    return std::string(Info::doc) + ", over the last axis.\n\n" + params +
+           ": shape ``(x.shape[-1],)``, any float dtype (computed as torch computes it: a float32 parameter "
+           "with float16 ``x`` in float32, the result in x's dtype), read as they were at the call, even "
+           "where "
+           "they lie in ``out``. ``eps`` defaults to " +
+           (Info::eps_optional ? std::string("torch's: float32's machine epsilon (float64's for float64 x)")
+                               : std::string(py::str(py::float_(Info::eps_default)))) +
+           ". 16-bit inputs accumulate in float32; every row is reduced in one fixed order, so the result "
+           "does not depend on the thread count. Returns a new array presented like ``x``, or writes into "
+           "``out`` (x's shape and dtype, any layout) and returns it. Masked arrays are refused.";
+  }
+
+  static void bind(py::module_& m) {
+    if constexpr (P == 1) {
+      m.def(
+          Info::name,
+          [](py::object x, py::object p0, const py::object& eps, const py::object& out) {
+            return call(std::move(x), Args{std::move(p0)}, eps, out);
+          },
+          py::arg("x"), py::arg_v(Info::params[0], py::none(), "None"), eps_arg(), py::kw_only(),
+          py::arg_v("out", py::none(), "None"), doc().c_str());
+    } else {
+      static_assert(P == 2, "a row reduction has one or two parameters (weight, bias)");
+      m.def(
+          Info::name,
+          [](py::object x, py::object p0, py::object p1, const py::object& eps, const py::object& out) {
+            return call(std::move(x), Args{std::move(p0), std::move(p1)}, eps, out);
+          },
+          py::arg("x"), py::arg_v(Info::params[0], py::none(), "None"),
+          py::arg_v(Info::params[1], py::none(), "None"), eps_arg(), py::kw_only(),
+          py::arg_v("out", py::none(), "None"), doc().c_str());
+    }
+  }
+};
+
+}  // namespace
+
+void bind_rows(py::module_& m) {
+#define TIERKIT_BRIDGE_ROWS(name, Functor, P, S) \
+  BridgeRows<tierkit::row_info::name, tierkit::kernels::Functor>::bind(m);
+  TIERKIT_ROW_REDUCTIONS(TIERKIT_BRIDGE_ROWS)
+#undef TIERKIT_BRIDGE_ROWS
+}
+
+}  // namespace tierkit_bridge

@@ -1,0 +1,178 @@
+"""12. The row reductions, every ROW_REDUCTIONS entry of the op table
+(forward, forward + backward, and the fused residual form where the entry
+has one), against eager F.<name>, torch.compile and the compiled copy loop:
+a new entry is measured here with no new code."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from ._common import Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
+
+TITLE = "Row reductions: against eager, torch.compile and the compiled copy limit"
+
+# One process with THP_MEM_ALLOC_ENABLE=1 (torch reads it at start-up), so
+# eager's and compile's large outputs get huge pages as the tierkit op's do.
+PROBE = textwrap.dedent("""
+    import json, sys
+    import torch, tierkit_torch
+    import torch.nn.functional as F
+    from tierkit_core.op_table import ROW_REDUCTIONS
+    from tierkit.bench import stream_lib
+    from tierkit.bench.timing import inner_for, interleaved, paired_ratio
+    reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
+    ops = torch.ops.tierkit
+    EPS = 1e-6
+    rows = []
+    for entry in ROW_REDUCTIONS:
+        name = entry.name
+        op = getattr(ops, name)
+        aten = getattr(F, name)  # torch.nn.functional.<name>(x, (d,), *params, eps)
+        for rows_, d in shapes:
+            for dtype in (torch.float32, torch.bfloat16):
+                g = torch.Generator().manual_seed(0)
+                x = torch.randn(rows_, d, generator=g).to(dtype)
+                r = torch.randn(rows_, d, generator=g).to(dtype)
+                ps = [(float(p == "weight") + 0.1 * torch.randn(d, generator=g)).to(dtype) for p in entry.params]
+                dy = torch.randn(rows_, d, generator=g).to(dtype)
+                h = torch.empty_like(x)
+                xg = x.clone().requires_grad_()
+                pg = [p.clone().requires_grad_() for p in ps]
+                comp = torch.compile(lambda a, *q: aten(a, (d,), *q, EPS)) if with_compile else None
+
+                def both(fn):
+                    def run():
+                        return torch.autograd.grad(fn(xg, *pg), (xg, *pg), dy)
+                    return run
+
+                if comp is not None:
+                    comp(x, *ps); comp(xg, *pg).backward(dy)
+                impls = {
+                    "torch op fwd": lambda: op(x, *ps, EPS),
+                    "torch eager fwd (THP)": lambda: aten(x, (d,), *ps, EPS),
+                    "torch.compile fwd (THP)": (lambda: comp(x, *ps)) if comp else None,
+                    "torch op fwd+bwd": both(lambda a, *q: op(a, *q, EPS)),
+                    "torch eager fwd+bwd (THP)": both(lambda a, *q: aten(a, (d,), *q, EPS)),
+                    "torch.compile fwd+bwd (THP)": both(comp) if comp else None,
+                }
+                if entry.fused_add:
+                    add = getattr(ops, entry.add_name)
+                    impls["torch op fused add"] = lambda: add(x, r, *ps, EPS)
+                    # Warm memory on both sides (the op's outputs come from tierkit's cache): h
+                    # written into a tensor made once, so page faults do not decide the ratio.
+                    impls["x + r (into a preallocated h), then torch op"] = lambda: (
+                        op(torch.add(x, r, out=h), *ps, EPS), h)
+                impls = {k: v for k, v in impls.items() if v is not None}  # --quick: no compile peers
+                refs = {"fwd": "torch op fwd", "fwd+bwd": "torch op fwd+bwd", "add": "torch op fused add"}
+                limit = None
+                if stream_lib.available():
+                    # x read and y written: the bytes of a copy of x.
+                    stream = stream_lib.Stream(rows_ * d * x.element_size() // 4, torch.get_num_threads())
+                    limit = "STREAM copy"
+                    impls[limit] = stream.timer("copy", "ordinary")
+                s = interleaved(impls, reps, inner_for(rows_ * d * x.element_size() * 2 / 10e9), warmup=1)
+                for impl, t in s.items():
+                    kind = "add" if "add" in impl or impl.startswith("x + r") else ("fwd+bwd" if "bwd" in impl else "fwd")
+                    row = {"op": name, "impl": impl, "nrows": rows_, "d": d,
+                           "dtype": str(dtype).removeprefix("torch."), "seconds": t.seconds,
+                           "gbs": rows_ * d * x.element_size() * 2 / t.median / 1e9}
+                    if impl != limit:
+                        row["ours_over_theirs"] = paired_ratio(t, s[refs[kind]])
+                        if limit and impl == "torch op fwd":
+                            row["of_limit"] = paired_ratio(s[limit], t)
+                    rows.append(row)
+    print(json.dumps(rows))
+""")
+
+
+def shapes(cfg: Config) -> list[list[int]]:
+    return [[1024, 1024]] if cfg.quick else [[4096, 4096], [16384, 1024]]
+
+
+def measure(cfg: Config) -> list[dict]:
+    torch = need("torch")
+    need("tierkit_torch")
+    from tierkit_core.op_table import ROW_REDUCTIONS
+
+    missing = [e.name for e in ROW_REDUCTIONS if not hasattr(torch.ops.tierkit, e.name)]
+    if missing:
+        raise Skip(f"this tierkit_torch has no {', '.join(missing)}")
+    # --quick: no torch.compile peers (~10 s a graph; --quick measures no target's shape)
+    args = [str(cfg.reps), json.dumps(shapes(cfg)), "0" if cfg.quick else "1"]
+    return thp_probe_rows("rows", PROBE, args, "row reductions", timeout=3600)
+
+
+def markdown(results: dict) -> list[str]:
+    rows = timed_rows(results, "rows")
+    return [
+        table(
+            [
+                "op",
+                "impl",
+                "shape",
+                "dtype",
+                "time",
+                "GB/s (x and y)",
+                "tierkit's speed-up over it",
+                "of the copy limit",
+            ],
+            [
+                [
+                    r["op"],
+                    r["impl"],
+                    f"[{r['nrows']}, {r['d']}]",
+                    r["dtype"],
+                    timed(r),
+                    f"{r['gbs']:.1f}",
+                    "—"
+                    if "ours_over_theirs" not in r or r["impl"].startswith("torch op")
+                    else f"{r['ours_over_theirs']:.2f}x",
+                    f"{r['of_limit']:.2f}" if "of_limit" in r else "",
+                ]
+                for r in rows
+            ],
+        ),
+        "",
+        "Speed-ups are paired per repetition against the tierkit op doing the same work (forward, "
+        "forward + backward, or the fused residual form); all in one process with THP_MEM_ALLOC_ENABLE=1 and "
+        "torch's thread count; eps 1e-6 and every parameter (weight, bias) throughout.",
+    ]
+
+
+def targets(results: dict) -> list[dict]:
+    """The performance issue's: forward >= 0.8 x the copy limit's bandwidth;
+    >= 1.0 x torch.compile forward and forward + backward; the fused add
+    >= 1.15 x its unfused form. Per entry, dtype and shape."""
+    from tierkit_core.op_table import ROW_REDUCTIONS
+
+    rows = timed_rows(results, "rows")
+    out = []
+    for entry in ROW_REDUCTIONS:
+        peers = [("torch.compile fwd (THP)", 1.0), ("torch.compile fwd+bwd (THP)", 1.0)]
+        if entry.fused_add:
+            peers.append(("x + r (into a preallocated h), then torch op", 1.15))
+        for rows_, d in ([4096, 4096], [16384, 1024]):
+            for dtype in ("float32", "bfloat16"):
+                where = f"[{rows_}, {d}] {dtype}"
+                mine = [r for r in rows if r.get("op") == entry.name]
+                for peer, factor in peers:
+                    r = pick(mine, impl=peer, nrows=rows_, d=d, dtype=dtype)
+                    if r:
+                        ratio = round(r[0]["ours_over_theirs"], 2)
+                        what = f"{entry.add_name}" if peer.startswith("x + r") else entry.name
+                        out.append(
+                            target(f"{what} vs {peer} >= {factor}x, {where}", factor, ratio, ratio >= factor)
+                        )
+                r = pick(mine, impl="torch op fwd", nrows=rows_, d=d, dtype=dtype)
+                if r and "of_limit" in r[0]:
+                    frac = round(r[0]["of_limit"], 2)
+                    out.append(
+                        target(
+                            f"{entry.name} forward >= 0.8 x the copy limit's bandwidth, {where}",
+                            0.8,
+                            frac,
+                            frac >= 0.8,
+                        )
+                    )
+    return out
