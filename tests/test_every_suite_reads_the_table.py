@@ -1,7 +1,7 @@
-"""Every suite exercises every entry of the op table.
+"""Every suite exercises every entry of the op table, both kinds.
 
-A new entry of ``tierkit_core.op_table.OPS`` must be tested by each tier's
-suite without new test code; this guard makes that a fact, not a hope. Each
+A new entry of ``tierkit_core.op_table.OPS`` (pointwise) or
+``ROW_REDUCTIONS`` must be tested by each tier's suite without new test code; this guard makes that a fact, not a hope. Each
 suite is collected (``pytest --collect-only``, in a subprocess, from the
 suite's own directory, as nox runs it) and each of its table-driven tests
 below must hold a case for every entry, and for every namespace where the
@@ -21,21 +21,28 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from tierkit_core.op_table import OPS, Op
+from tierkit_core.op_table import OPS, ROW_REDUCTIONS, Op, RowReduction
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def every(op: Op) -> bool:
+Entry = Op | RowReduction
+
+
+def every(op: Entry) -> bool:
     return True
 
 
-def binary(op: Op) -> bool:
-    return len(op.tensors) == 2
+def binary(op: Entry) -> bool:
+    return isinstance(op, Op) and len(op.tensors) == 2
 
 
-def differentiable(op: Op) -> bool:
+def differentiable(op: Entry) -> bool:
     return bool(op.derivatives)
+
+
+def fused(op: Entry) -> bool:
+    return isinstance(op, RowReduction) and op.fused_add
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,10 @@ class Aspect:
     what: str
     file: str
     test: str
-    applies: Callable[[Op], bool] = every
+    applies: Callable[[Entry], bool] = every
     also: tuple[str, ...] = ()
     bridge_names: bool | None = None  # None: as the suite does
+    rows: bool = False  # the row reductions' test (ROW_REDUCTIONS), not the pointwise entries'
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,34 @@ class Suite:
 
 
 BOTH = ("tierkit", "tierkit_stable")
+
+
+def rows(
+    what: str, file: str, test: str, applies: Callable[[Entry], bool] = every, also: tuple[str, ...] = ()
+) -> Aspect:
+    return Aspect(what, file, test, applies, also, rows=True)
+
+
+# The shared row suite (tierkit_torch_common.row_suite), as each torch tier collects it.
+ROW_SUITE = (
+    rows("rows: values and accuracy per dtype", "tests/test_rows.py", "test_at_least_as_accurate_as_aten"),
+    rows("rows: mixed dtypes", "tests/test_rows.py", "test_parameters_of_another_dtype_as_aten"),
+    rows(
+        "rows: default eps, empty and strided",
+        "tests/test_rows.py",
+        "test_default_eps_empty_zero_and_strided_rows",
+    ),
+    rows("rows: errors", "tests/test_rows.py", "test_errors_name_the_argument"),
+    rows("rows: autograd, both modes", "tests/test_rows.py", "test_gradcheck_gradgradcheck_and_forward_ad"),
+    rows("rows: gradient accuracy", "tests/test_rows.py", "test_gradients_as_accurate_as_aten"),
+    rows("rows: vmap", "tests/test_rows.py", "test_vmap_without_fallback"),
+    rows("rows: compile", "tests/test_rows.py", "test_compile_fullgraph_dynamic_forward_and_backward"),
+    rows("rows: opcheck", "tests/test_rows.py", "test_opcheck"),
+    rows(
+        "rows: the fused add", "tests/test_rows.py", "test_fused_add_is_the_add_then_the_norm", applies=fused
+    ),
+)
+
 SUITES = {
     "torch-cpu": Suite(
         "packages/torch-cpu",
@@ -82,6 +118,9 @@ SUITES = {
                 "tests/test_compile.py",
                 "test_every_entry_compiles_fullgraph_dynamic_with_backward",
             ),
+            *ROW_SUITE,
+            rows("rows: export", "tests/test_rows.py", "test_export_with_a_dynamic_batch"),
+            rows("rows: the module", "tests/test_rows.py", "test_module_is_a_drop_in_for_torchs"),
         ),
         needs="tierkit_torch",
     ),
@@ -109,6 +148,24 @@ SUITES = {
                 "test_only_what_the_derivative_needs_is_saved",
                 also=BOTH,
             ),
+            rows(
+                "rows: mixed dtypes",
+                "tests/test_aten_semantics.py",
+                "test_rows_with_parameters_of_another_dtype_are_aten",
+                also=BOTH,
+            ),
+            rows(
+                "rows: mixed-dtype gradients",
+                "tests/test_aten_semantics.py",
+                "test_row_gradients_with_parameters_of_another_dtype",
+                also=BOTH,
+            ),
+            rows(
+                "rows: autocast, fakes and compile",
+                "tests/test_aten_semantics.py",
+                "test_rows_mixed_dtypes_under_autocast_fakes_and_compile",
+                also=BOTH,
+            ),
         ),
         needs="tierkit_torch_stable",  # without it the suite covers one namespace
     ),
@@ -134,6 +191,7 @@ SUITES = {
                 "test_compile_backward_every_entry",
                 differentiable,
             ),
+            *ROW_SUITE,
         ),
         needs="tierkit_torch_stable",
     ),
@@ -150,6 +208,17 @@ SUITES = {
             Aspect(
                 "layouts", "tests/test_numpy_semantics.py", "test_result_layout_is_numpys_k_order", binary
             ),
+            rows("rows: values per dtype", "tests/test_rows.py", "test_matches_extended_precision"),
+            rows(
+                "rows: mixed dtypes",
+                "tests/test_rows.py",
+                "test_parameters_of_another_dtype_are_computed_in_xs_compute_type",
+            ),
+            rows("rows: layouts and out=", "tests/test_rows.py", "test_strided_input_and_out"),
+            rows(
+                "rows: torch tensors", "tests/test_rows.py", "test_torch_in_gives_torch_out_bfloat16_included"
+            ),
+            rows("rows: errors", "tests/test_rows.py", "test_errors_name_the_argument"),
         ),
         needs="tierkit_bridge",
         bridge_names=True,
@@ -161,6 +230,8 @@ SUITES = {
                 "bridge properties", "tests/test_properties.py", "test_bridge_{op}_float32", bridge_names=True
             ),
             Aspect("torch properties", "tests/test_properties.py", "test_torch_{op}_bfloat16"),
+            rows("rows: bridge properties", "tests/test_properties.py", "test_bridge_{op}_float32"),
+            rows("rows: torch properties", "tests/test_properties.py", "test_torch_{op}_bfloat16"),
         ),
         needs="tierkit_torch",
     ),
@@ -172,6 +243,18 @@ SUITES = {
             Aspect("autograd", "tests/test_gpu.py", "test_gradcheck_float64", differentiable),
             Aspect("opcheck", "tests/test_gpu.py", "test_opcheck"),
             Aspect("compile", "tests/test_gpu.py", "test_compile_dynamic_and_backward"),
+            rows(
+                "rows: values and gradients",
+                "tests/test_gpu_rows.py",
+                "test_forward_and_backward_match_the_cpu_and_float64",
+            ),
+            rows("rows: determinism", "tests/test_gpu_rows.py", "test_backward_is_deterministic"),
+            rows(
+                "rows: mixed dtypes",
+                "tests/test_gpu_rows.py",
+                "test_float32_parameters_with_bfloat16_input_match_the_cpu",
+            ),
+            rows("rows: compile", "tests/test_gpu_rows.py", "test_compile_fullgraph_dynamic"),
         ),
         needs="tierkit_cuda",  # the GPU tests are collected (and skipped) without a GPU
     ),
@@ -203,7 +286,9 @@ def parameters(node: str) -> set[str]:
     return {*parts, *(p.split(".")[0] for p in parts)}
 
 
-def name_in(suite: str, aspect: Aspect, op: Op) -> str:
+def name_in(suite: str, aspect: Aspect, op: Entry) -> str:
+    if isinstance(op, RowReduction):
+        return op.name  # one name in every tier
     bridge = SUITES[suite].bridge_names if aspect.bridge_names is None else aspect.bridge_names
     return op.bridge if bridge else op.name
 
@@ -214,7 +299,8 @@ def missing_cases(suite: str) -> list[str]:
     nodes = collected(spec.directory, tuple(sorted({a.file for a in spec.aspects})))
     gaps = []
     for aspect in spec.aspects:
-        for op in filter(aspect.applies, OPS):
+        table: tuple[Entry, ...] = ROW_REDUCTIONS if aspect.rows else OPS
+        for op in filter(aspect.applies, table):
             name = name_in(suite, aspect, op)
             test = aspect.test.format(op=name)
             cases = [
@@ -265,6 +351,34 @@ def test_the_guard_names_an_entry_a_suite_leaves_out(monkeypatch):
     )
     assert (
         "aten-semantics: broadcasting (tests/test_aten_semantics.py::test_broadcasting) has no case for mul in tierkit_stable"
+        in missing_cases("aten-semantics")
+    )
+
+
+def test_the_guard_names_a_row_entry_a_suite_leaves_out(monkeypatch):
+    # The stable suite's row tests without layer_norm, the aten-semantics
+    # ones without tierkit_stable: each gap is named.
+    real = collected("packages/torch-stable", ("tests/test_rows.py",)) if find("tierkit_torch_stable") else ()
+    fake = tuple(n for n in real if "layer_norm" not in parameters(n))
+    fake = fake or ("tests/test_rows.py::test_at_least_as_accurate_as_aten[rms_norm]",)
+    monkeypatch.setattr(sys.modules[__name__], "collected", lambda directory, files: fake)
+    gaps = missing_cases("torch-stable")
+    assert (
+        "torch-stable: rows: values and accuracy per dtype (tests/test_rows.py::test_at_least_as_accurate_as_aten) "
+        "has no case for layer_norm" in gaps
+    )
+    assert not any("rms_norm" in g and "rows:" in g for g in gaps) or not real
+    monkeypatch.setattr(
+        sys.modules[__name__],
+        "collected",
+        lambda directory, files: tuple(
+            f"tests/test_aten_semantics.py::test_rows_with_parameters_of_another_dtype_are_aten[x-{e.name}-tierkit]"
+            for e in ROW_REDUCTIONS
+        ),
+    )
+    assert (
+        "aten-semantics: rows: mixed dtypes (tests/test_aten_semantics.py::"
+        "test_rows_with_parameters_of_another_dtype_are_aten) has no case for layer_norm in tierkit_stable"
         in missing_cases("aten-semantics")
     )
 

@@ -15,8 +15,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from tierkit_core.op_table import OPS, find
-from tierkit_core.op_testing import evaluate, numpy_functions
+from tierkit_core.op_table import OPS, ROW_REDUCTIONS, find
+from tierkit_core.op_testing import evaluate, evaluate_row, numpy_functions, numpy_row_functions, row_names
 from tierkit_torch_common import testing
 
 # Every entry of the op table, by its bridge name, from its entry alone: a
@@ -177,4 +177,122 @@ def _torch_test(op, dtype):
 for _op in TORCH_ARITY:
     for _dtype in TORCH_DTYPES:
         _t = _torch_test(_op, _dtype)
+        globals()[_t.__name__] = _t
+
+
+# ---- the row reductions (ROW_REDUCTIONS), bridge and torch-cpu --------------------------
+#
+# Random shapes (rank 1-4), layouts and finite values of modest size (the
+# special values are the fuzzers' and each suite's edge tests), parameters
+# present or not, against the entry's own formula in float64 (numpy) and
+# aten's F.<name> (torch): a new entry is tested here with no new test code.
+
+ROWS = {e.name: e for e in ROW_REDUCTIONS}
+ROW_NUMPY = numpy_row_functions(np)
+moderate = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
+
+
+@st.composite
+def row_inputs(draw, entry, dtype, negative=True):
+    shape = draw(shapes().filter(lambda s: len(s) >= 1))
+    base = draw(hnp.arrays(dtype, shape, elements=moderate))
+    x = np.flip(base, -1) if negative and draw(st.booleans()) else base  # a negative step in the last dim
+    params = [
+        draw(hnp.arrays(dtype, shape[-1:], elements=moderate)) if draw(st.booleans()) else None
+        for _ in entry.params
+    ]
+    return x, params
+
+
+def row_reference(entry, x, params, eps):
+    names = row_names(
+        entry,
+        x.astype(np.float64),
+        [None if p is None else p.astype(np.float64) for p in params],
+        eps,
+        ROW_NUMPY,
+    )
+    return np.asarray(evaluate_row(entry, entry.reference, names), dtype=np.float64)
+
+
+def row_tolerance(entry, x, params, eps, dtype):
+    """A few units of the dtype (16-bit: its own, rounded once from float) of
+    each element's scale (the normalised row's largest magnitude times the
+    weight, plus the bias), grown by the row's magnitude over its spread:
+    a statistic kept in the compute type (layer_norm's mean) is off by half
+    a unit of the row's magnitude, and x - mean carries that, relative to the
+    spread, into every element."""
+    unit = np.finfo(dtype).eps if dtype != np.float64 else 1e-13
+    x = np.asarray(x, dtype=np.float64)
+    xhat = row_reference(entry, x, [None] * len(params), eps)
+    scale = np.abs(xhat).max(-1, keepdims=True) if xhat.size else 0.0
+    w = 1.0 if params[0] is None else np.abs(params[0].astype(np.float64))
+    b = 0.0 if len(params) < 2 or params[1] is None else np.abs(params[1].astype(np.float64))
+    if x.size:
+        amax = np.abs(x).max(-1, keepdims=True)
+        spread = np.abs(x - x.mean(-1, keepdims=True)).max(-1, keepdims=True)
+        grow = 1 + np.divide(amax, spread, out=np.zeros_like(amax), where=spread > 0)
+    else:
+        grow = 1.0
+    # 16-bit results below the normal range round to a multiple of the smallest subnormal.
+    tiny = np.finfo(np.float16).smallest_subnormal if dtype == np.float16 else 0.0
+    return 8 * unit * (scale * w * grow + b) + 2 * tiny + 1e-30
+
+
+def check_bridge_rows(data, name, dtype):
+    entry = ROWS[name]
+    x, params = data.draw(row_inputs(entry, dtype))
+    eps = 1e-5
+    got = np.asarray(getattr(tb, name)(x, *params, eps)).astype(np.float64)
+    want = row_reference(entry, x, params, eps)
+    assert got.shape == want.shape
+    assert (np.abs(got - want) <= row_tolerance(entry, x, params, eps, dtype)).all()
+
+
+def check_torch_rows(data, name, dtype):
+    entry = ROWS[name]
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    x, params = data.draw(row_inputs(entry, np_dtype, negative=False))
+    tx = to_torch(x, dtype)
+    tp = [None if p is None else torch.from_numpy(p.copy()).to(dtype) for p in params]
+    got = getattr(torch.ops.tierkit, name)(tx, *tp, 1e-5)
+    want = getattr(torch.nn.functional, name)(
+        tx.float() if dtype != torch.float64 else tx,
+        tx.shape[-1:],
+        *(
+            None if p is None else p.to(torch.float64 if dtype == torch.float64 else torch.float32)
+            for p in tp
+        ),
+        1e-5,
+    )
+    assert got.shape == want.shape and got.dtype == dtype
+    tol = row_tolerance(
+        entry,
+        tx.double().numpy(),
+        [None if p is None else p.double().numpy() for p in tp],
+        1e-5,
+        {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16}.get(
+            dtype, np.float16
+        ),
+    )
+    if dtype == torch.bfloat16:
+        tol = tol * 8  # bfloat16's unit is 8 times float16's
+    assert (np.abs(got.double().numpy() - want.double().numpy()) <= tol).all()
+
+
+def _rows_test(check, prefix, name, dtype, label):
+    @given(data=st.data())
+    def test(data):
+        check(data, name, dtype)
+
+    test.__name__ = f"test_{prefix}_{name}_{label}"
+    return test
+
+
+for _name in ROWS:
+    for _dtype in (np.float32, np.float64, np.float16):
+        _t = _rows_test(check_bridge_rows, "bridge", _name, _dtype, _dtype.__name__)
+        globals()[_t.__name__] = _t
+    for _dtype in TORCH_DTYPES:
+        _t = _rows_test(check_torch_rows, "torch", _name, _dtype, str(_dtype).removeprefix("torch."))
         globals()[_t.__name__] = _t

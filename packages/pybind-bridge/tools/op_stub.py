@@ -27,12 +27,23 @@ def render(current: str) -> str:
         for name in (op.bridge, f"_{op.bridge}_exact"):
             lines.append(f"def {name}({params}, *, out: _ArrayLike | None = None) -> Any: ...\n")
     for row in ROW_REDUCTIONS:
-        params = "".join(f", {p}: _ArrayLike | None = None" for p in row.params)
         eps = "float | None = None" if row.eps is None else f"float = {row.eps!r}"
-        lines.append(
-            f"def {row.name}(x: _ArrayLike{params}, eps: {eps}, *, out: _ArrayLike | None = None) -> Any: ...\n"
-        )
+        args = ["x: _ArrayLike", *(f"{p}: _ArrayLike | None = None" for p in row.params), f"eps: {eps}", "*"]
+        args.append("out: _ArrayLike | None = None")
+        lines.append(_signature(row.name, args))
     return rewrite_section(current, BEGIN, END, "".join(lines) + "\n")  # the blank line: ruff format's
+
+
+def _signature(name: str, args: list[str]) -> str:
+    """A stub line as ruff formats it: one line when it fits, else one
+    argument a line with a trailing comma (which keeps it so)."""
+    one = f"def {name}({', '.join(args)}) -> Any: ...\n"
+    if len(one) - 1 <= LINE_LENGTH:
+        return one
+    return f"def {name}(\n" + "".join(f"    {a},\n" for a in args) + ") -> Any: ...\n"
+
+
+LINE_LENGTH = 110  # the repository's ruff line-length (pyproject.toml)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import importlib.util
 
 import pytest
 import torch
-from tierkit_core.op_table import find
+from tierkit_core.op_table import ROW_REDUCTIONS, find
 from tierkit_torch_common import testing
 
 NAMESPACES = ["tierkit"]
@@ -349,7 +349,7 @@ def test_only_what_the_derivative_needs_is_saved(ns, op):
     assert len(packed) == len(find(op).saved)
 
 
-# ---- the row reductions with a weight of another float dtype, as aten's F.rms_norm ----
+# ---- the row reductions with parameters of another float dtype, as aten's norms ----
 
 MIXED = [
     (torch.bfloat16, torch.float32),  # the autocast block: bfloat16 activations, float32 weights
@@ -359,80 +359,111 @@ MIXED = [
     (torch.float64, torch.float32),
     (torch.float32, torch.bfloat16),
 ]
-MIXED_IDS = [f"{str(a)[6:]}-x-{str(b)[6:]}-weight" for a, b in MIXED]
+MIXED_IDS = [f"{str(a)[6:]}-x-{str(b)[6:]}-params" for a, b in MIXED]
+ROWS = pytest.mark.parametrize("entry", ROW_REDUCTIONS, ids=[e.name for e in ROW_REDUCTIONS])
 
 
-def _mixed_inputs(xd, wd, requires_grad=False):
+def _mixed_inputs(entry, xd, wd, requires_grad=False):
     g = torch.Generator().manual_seed(11)  # its own: the same values whatever ran before
     x = (torch.randn(6, 5, 64, generator=g) * 3).to(xd).requires_grad_(requires_grad)
-    w = (torch.randn(64, generator=g) * 2).to(wd).requires_grad_(requires_grad)
-    return x, w
+    params = [
+        (float(p == "weight") + torch.randn(64, generator=g) * 2).to(wd).requires_grad_(requires_grad)
+        for p in entry.params
+    ]
+    return x, params
+
+
+def _aten(entry, x, params, eps=1e-6):
+    """aten's norm where its CPU kernels take the dtypes (16-bit x with float32
+    parameters, every rms_norm pair); else the same computed in the compute
+    type (float64 where x or a parameter is), rounded to x's dtype: aten's rule."""
+    f = getattr(torch.nn.functional, entry.name)
+    try:
+        return f(x, (x.shape[-1],), *params, eps)
+    except RuntimeError as e:
+        assert "mixed dtype" in str(e), e
+    c = torch.float64 if torch.float64 in (x.dtype, *(p.dtype for p in params)) else torch.float32
+    return f(x.to(c), (x.shape[-1],), *(p.to(c) for p in params), eps).to(x.dtype)
 
 
 @pytest.mark.parametrize("ns", NAMESPACES)
+@ROWS
 @pytest.mark.parametrize(("xd", "wd"), MIXED, ids=MIXED_IDS)
-def test_rms_norm_with_a_weight_of_another_dtype_is_aten(ns, xd, wd):
-    x, w = _mixed_inputs(xd, wd)
+def test_rows_with_parameters_of_another_dtype_are_aten(ns, entry, xd, wd):
+    x, params = _mixed_inputs(entry, xd, wd)
     ops = getattr(torch.ops, ns)
-    want = torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
-    got = ops.rms_norm(x, w, 1e-6)
+    want = _aten(entry, x, params)
+    got = getattr(ops, entry.name)(x, *params, 1e-6)
     assert got.dtype == want.dtype == xd and got.shape == want.shape
     torch.testing.assert_close(got, want)
     # Against float64: no further from it than aten is (largest error, within
     # 2 ulps of x's dtype: float64 sums in float64 in another order than aten's).
-    exact = torch.nn.functional.rms_norm(x.double(), (64,), w.double(), 1e-6)
+    exact = _aten(entry, x.double(), [p.double() for p in params])
     ulp = 2 * torch.finfo(xd).eps * exact.abs().max()
     assert (got.double() - exact).abs().max() <= (want.double() - exact).abs().max() + ulp
+    if not entry.fused_add:
+        return
     # The fused forms: h rounded to x's dtype, then the same norm.
     r = torch.randn(6, 5, 64, generator=torch.Generator().manual_seed(12)).to(xd)
-    y, h = ops.add_rms_norm(x, r, w, 1e-6)
+    y, h = getattr(ops, entry.add_name)(x, r, *params, 1e-6)
     assert torch.equal(h, x + r) and y.dtype == xd
-    torch.testing.assert_close(y, torch.nn.functional.rms_norm(x + r, (64,), w, 1e-6))
+    torch.testing.assert_close(y, _aten(entry, x + r, params))
     r2 = r.clone()
-    torch.testing.assert_close(ops.add_rms_norm_(x, r2, w, 1e-6), y, rtol=0, atol=0)
+    torch.testing.assert_close(getattr(ops, entry.add_name + "_")(x, r2, *params, 1e-6), y, rtol=0, atol=0)
     assert torch.equal(r2, h)
 
 
 @pytest.mark.parametrize("ns", NAMESPACES)
+@ROWS
 @pytest.mark.parametrize(("xd", "wd"), MIXED, ids=MIXED_IDS)
-def test_rms_norm_gradients_with_a_weight_of_another_dtype(ns, xd, wd):
-    x, w = _mixed_inputs(xd, wd, requires_grad=True)
-    ours = getattr(torch.ops, ns).rms_norm(x, w, 1e-6)
-    theirs = torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+def test_row_gradients_with_parameters_of_another_dtype(ns, entry, xd, wd):
+    x, params = _mixed_inputs(entry, xd, wd, requires_grad=True)
+    ours = getattr(getattr(torch.ops, ns), entry.name)(x, *params, 1e-6)
+    theirs = _aten(entry, x, params)
     g = torch.randn(6, 5, 64, generator=torch.Generator().manual_seed(13)).to(xd)
-    gx, gw = torch.autograd.grad(ours, (x, w), g)
-    ax, aw = torch.autograd.grad(theirs, (x, w), g)
-    assert (gx.dtype, gw.dtype) == (ax.dtype, aw.dtype) == (xd, wd)
+    mine = torch.autograd.grad(ours, (x, *params), g)
+    aten = torch.autograd.grad(theirs, (x, *params), g)
+    assert [t.dtype for t in mine] == [t.dtype for t in aten] == [xd] + [wd] * len(params)
     # 16-bit gradients: aten rounds its intermediate steps to x's dtype, tierkit
     # keeps them in float; compared against float64 instead where they differ.
-    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
-    ex, ew = torch.autograd.grad(torch.nn.functional.rms_norm(x64, (64,), w64, 1e-6), (x64, w64), g.double())
-    for ours_g, aten_g, exact in ((gx, ax, ex), (gw, aw, ew)):
-        tol = 4 * torch.finfo(ours_g.dtype).eps * exact.abs().max()
-        assert (ours_g.double() - exact).abs().max() <= (aten_g.double() - exact).abs().max() + tol
+    x64 = x.detach().double().requires_grad_()
+    p64 = [p.detach().double().requires_grad_() for p in params]
+    exact = torch.autograd.grad(_aten(entry, x64, p64), (x64, *p64), g.double())
+    for ours_g, aten_g, e in zip(mine, aten, exact):
+        # The saved statistics have x's stats dtype (float32 for float32 x, as
+        # the schema's fake says), so a float64 parameter's gradient is as
+        # exact as float32 statistics allow.
+        coarser = max(
+            torch.finfo(ours_g.dtype).eps, torch.finfo(torch.float32 if xd != torch.float64 else xd).eps
+        )
+        tol = 4 * coarser * e.abs().max()
+        assert (ours_g.double() - e).abs().max() <= (aten_g.double() - e).abs().max() + tol
 
 
 @pytest.mark.parametrize("ns", NAMESPACES)
-def test_rms_norm_mixed_dtypes_under_autocast_fakes_and_compile(ns):
+@ROWS
+def test_rows_mixed_dtypes_under_autocast_fakes_and_compile(ns, entry):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     ops = getattr(torch.ops, ns)
-    x, w = _mixed_inputs(torch.bfloat16, torch.float32)
+    f = getattr(ops, entry.name)
+    x, params = _mixed_inputs(entry, torch.bfloat16, torch.float32)
     with torch.autocast("cpu", dtype=torch.bfloat16):  # Qwen3's q_norm under autocast: once refused
-        got, want = ops.rms_norm(x, w, 1e-6), torch.nn.functional.rms_norm(x, (64,), w, 1e-6)
+        got, want = f(x, *params, 1e-6), _aten(entry, x, params)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want)
     with FakeTensorMode() as mode:
-        fake = ops.rms_norm(mode.from_tensor(x), mode.from_tensor(w), 1e-6)
-        fdx, fdw = ops._rms_norm_backward(
+        fake = f(mode.from_tensor(x), *map(mode.from_tensor, params), 1e-6)
+        grads = getattr(ops, entry.backward_name)(
             mode.from_tensor(x),
             mode.from_tensor(x),
-            mode.from_tensor(w),
-            mode.from_tensor(torch.ones(6, 5, 1)),
+            *map(mode.from_tensor, params),
+            mode.from_tensor(torch.ones(6, 5, len(entry.stats))),
         )
     assert (fake.dtype, fake.shape) == (got.dtype, got.shape)
-    assert (fdx.dtype, fdw.dtype) == (torch.bfloat16, torch.float32)
-    compiled = torch.compile(lambda a, b: ops.rms_norm(a, b, 1e-6), fullgraph=True)
-    torch.testing.assert_close(compiled(x, w), ops.rms_norm(x, w, 1e-6), rtol=0, atol=0)
-    with pytest.raises(RuntimeError, match=rf"{ns}::rms_norm: weight: expected dtype .*, got int32"):
-        ops.rms_norm(x, torch.ones(64, dtype=torch.int32))
+    assert [t.dtype for t in grads] == [torch.bfloat16] + [torch.float32] * len(params)
+    compiled = torch.compile(lambda a, *ps: f(a, *ps, 1e-6), fullgraph=True)
+    torch.testing.assert_close(compiled(x, *params), f(x, *params, 1e-6), rtol=0, atol=0)
+    for p in entry.params:
+        with pytest.raises(RuntimeError, match=rf"{ns}::{entry.name}: {p}: expected dtype .*, got int32"):
+            f(x, **{p: torch.ones(64, dtype=torch.int32)})

@@ -40,8 +40,8 @@ struct RmsNormRowsF {
   __device__ static C dx(C g, C xh, C, C c, const C* s) { return mul_rn(add_rn(g, -mul_rn(xh, c)), s[0]); }
 };
 
-// LayerNorm: mean = sum(x) / d, var = sum((x - mean)^2) / d (two passes
-// over the row, no cancellation), rstd = 1 / sqrt(var + eps), x-hat =
+// LayerNorm: mean = sum(x) / d corrected by the mean of x - mean, var =
+// sum((x - mean)^2) / d (passes over the row, no cancellation), rstd = 1 / sqrt(var + eps), x-hat =
 // (x - mean) * rstd, dx = ((g - a) - x-hat * c) * rstd.
 template <typename C>
 struct LayerNormRowsF {
@@ -49,7 +49,10 @@ struct LayerNormRowsF {
   template <typename Sum>
   __device__ static void stats(const Sum& sum, int64_t d, C eps, C* s) {
     const C n = static_cast<C>(d);
-    const C mean = div_rn(sum([](C v) { return v; }), n);
+    // Corrected by the mean of x - mean0, as core's LayerNormRows (exact for a
+    // constant row, where sum / n's rounding times rstd would be the output).
+    const C mean0 = div_rn(sum([](C v) { return v; }), n);
+    const C mean = add_rn(mean0, div_rn(sum([mean0](C v) { return add_rn(v, -mean0); }), n));
     const C var = div_rn(sum([mean](C v) {
                            const C c = add_rn(v, -mean);
                            return mul_rn(c, c);

@@ -296,8 +296,16 @@ struct LayerNormRows {
 
   TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, C eps, C* stats) {
     const C n = static_cast<C>(d);
-    const C mean =
+    // The mean corrected by the mean of what is left (x - mean0): sum / n
+    // rounds, and in a row whose spread is small against its mean that
+    // rounding, times rstd, would be the whole output (a constant row of
+    // 128.23 in float32 gave 0.005 for 0). The corrected mean is exact for a
+    // constant row and within an ulp of the row's mean otherwise.
+    const C mean0 =
         lane_sum_of<C>(d, [xr](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(xr + j); }) / n;
+    const C mean = mean0 + lane_sum_of<C>(d, [xr, mean0](std::int64_t j) TIERKIT_ROW_LAMBDA {
+                             return load_compute(xr + j) - mean0;
+                           }) / n;
     const C var = lane_sum_of<C>(d,
                                  [xr, mean](std::int64_t j) TIERKIT_ROW_LAMBDA {
                                    const C v = load_compute(xr + j) - mean;
@@ -399,9 +407,16 @@ struct LayerNormRows16 {
   TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, float eps, float* stats) {
     alignas(64) float xb[kRowChunk];
     const float n = static_cast<float>(d);
-    const float mean = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t)
-                                        TIERKIT_ROW_LAMBDA { widen<W>(xr + j0, m, t); }) /
-                       n;
+    // The mean corrected by the mean of x - mean0, as LayerNormRows' (why there).
+    const float mean0 = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t)
+                                         TIERKIT_ROW_LAMBDA { widen<W>(xr + j0, m, t); }) /
+                        n;
+    const float mean =
+        mean0 + chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
+                  widen<W>(xr + j0, m, t);
+                  TIERKIT_VECTORIZE_LOOP
+                  for (std::int64_t j = 0; j < m; ++j) t[j] -= mean0;
+                }) / n;
     const float var = chunk_sum(d,
                                 [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
                                   widen<W>(xr + j0, m, xb);

@@ -94,7 +94,7 @@ def row_names(
     entry: RowReduction,
     x: Any,
     params: Sequence[Any],
-    eps: float,
+    eps: Any,
     functions: Mapping[str, Callable[..., Any]],
     grad: Any = None,
 ) -> dict[str, Any]:

@@ -1,0 +1,435 @@
+"""The row reductions' test suite, every ROW_REDUCTIONS entry of the op table
+in one torch namespace: each torch tier's ``tests/test_rows.py`` imports
+these tests and gives them its namespace (the ``ops`` fixture), so a new
+entry is tested by torch-cpu's and torch-stable's suites with no new test
+code (the guard test ``tests/test_every_suite_reads_the_table.py`` checks it).
+
+Every test compares with aten's ``F.<name>`` (``F.rms_norm``,
+``F.layer_norm``: ``(x, (d,), *params, eps)``) and with float64 or the
+entry's own formula in extended precision: values and accuracy per dtype,
+mixed dtypes, the default eps, empty and strided rows, determinism across
+thread counts, errors (the real and the fake kernel alike), gradients in both
+modes and their accuracy, vmap without the fallback, compile (fullgraph,
+dynamic, backward) and opcheck; the fused residual form where the entry has
+one. Like ``testing``, it imports torch and is for test suites only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
+from tierkit_core.op_testing import evaluate_row, numpy_row_functions, row_names
+
+__all__ = [
+    "DTYPES",
+    "ENTRIES",
+    "FUSED",
+    "aten",
+    "make",
+    "make_params",
+    "test_at_least_as_accurate_as_aten",
+    "test_bit_identical_for_one_and_two_threads",
+    "test_compile_fullgraph_dynamic_forward_and_backward",
+    "test_default_eps_empty_zero_and_strided_rows",
+    "test_errors_name_the_argument",
+    "test_errors_with_grad_name_the_op_called",
+    "test_fused_add_gradients",
+    "test_fused_add_in_place",
+    "test_fused_add_in_place_is_functionalized_under_compile",
+    "test_fused_add_is_the_add_then_the_norm",
+    "test_gradcheck_gradgradcheck_and_forward_ad",
+    "test_gradients_as_accurate_as_aten",
+    "test_opcheck",
+    "test_parameters_of_another_dtype_as_aten",
+    "test_vmap_without_fallback",
+]
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+ENTRIES = pytest.mark.parametrize("entry", ROW_REDUCTIONS, ids=[e.name for e in ROW_REDUCTIONS])
+_FUSED = [e for e in ROW_REDUCTIONS if e.fused_add]
+FUSED = pytest.mark.parametrize("entry", _FUSED, ids=[e.name for e in _FUSED])
+
+
+def make(shape: Any, dtype: Any, gen: Any, scale: float = 3.0) -> Any:
+    return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to(dtype)
+
+
+def make_params(entry: RowReduction, d: int, dtype: Any, gen: Any, grad: bool = False) -> list[Any]:
+    """One value per parameter, non-trivial: a weight near 1, a bias near 0."""
+    out = []
+    for p in entry.params:
+        t = (float(p == "weight") + make((d,), torch.float64, gen, 0.5)).to(dtype)
+        out.append(t.requires_grad_() if grad else t)
+    return out
+
+
+def subsets(params: list[Any]) -> list[list[Any]]:
+    """None of the parameters, all of them, and (with two) each alone."""
+    n = len(params)
+    cases = [[None] * n, list(params)]
+    if n > 1:
+        cases += [[params[j] if j == i else None for j in range(n)] for i in range(n)]
+    return cases
+
+
+def aten(entry: RowReduction, x: Any, params: Any, eps: Any = "default") -> Any:
+    """aten's function for the entry, over the last dim; eps left out by default."""
+    f = getattr(F, entry.name)
+    if eps == "default":
+        return f(x, (x.shape[-1],), *params)
+    return f(x, (x.shape[-1],), *params, eps)
+
+
+def op(ops: Any, entry: RowReduction, name: str | None = None) -> Any:
+    return getattr(ops, name or entry.name)
+
+
+def reference(entry: RowReduction, x: Any, params: Any, eps: float) -> Any:
+    """The entry's formula in x87 extended precision (numpy's longdouble), as float64."""
+    wide = np.longdouble
+    names = row_names(
+        entry,
+        x.double().numpy().astype(wide),
+        [None if p is None else p.detach().double().numpy().astype(wide) for p in params],
+        wide(eps),
+        numpy_row_functions(np),
+    )
+    return torch.from_numpy(np.asarray(evaluate_row(entry, entry.reference, names)).astype(np.float64))
+
+
+def err(y: Any, ref: Any) -> float:
+    return (y.detach().double() - ref).abs().max().item() if y.numel() else 0.0
+
+
+def prefix(ops: Any) -> str:
+    return f"{ops.name}::"
+
+
+# ---- values ------------------------------------------------------------------------
+
+
+@ENTRIES
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 33), (2, 3, 64), (5, 1), (3, 4097)], ids=str)
+def test_at_least_as_accurate_as_aten(ops, entry, shape, dtype, gen):
+    x = make(shape, dtype, gen) + 0.5
+    for params in subsets(make_params(entry, shape[-1], dtype, gen)):
+        ref = reference(entry, x, params, 1e-6)
+        ours = op(ops, entry)(x, *params, 1e-6)
+        assert ours.dtype == dtype and ours.shape == x.shape and ours.is_contiguous()
+        ulp = torch.finfo(dtype).eps * ref.abs().max().item()
+        mine, theirs = err(ours, ref), err(aten(entry, x, params, 1e-6), ref)
+        assert mine <= theirs + ulp, (entry.name, [p is not None for p in params], mine, theirs)
+
+
+MIXED = [
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float32),
+    (torch.float32, torch.float64),
+    (torch.float64, torch.float32),
+    (torch.float32, torch.bfloat16),
+]
+
+
+@ENTRIES
+@pytest.mark.parametrize(("xd", "pd"), MIXED, ids=[f"{a}-x-{b}-params" for a, b in MIXED])
+def test_parameters_of_another_dtype_as_aten(ops, entry, xd, pd, gen):
+    # aten's rule: parameters of any float dtype, computed in x's compute type
+    # (float32 for 16-bit x; float64 where x or a parameter is), the output
+    # rounded to x's dtype, each gradient in its input's. (aten's CPU
+    # layer_norm accepts only 16-bit x with float32 parameters; the rest it
+    # refuses, and tierkit computes as its rule says.)
+    x = make((6, 40), xd, gen).requires_grad_()
+    params = make_params(entry, 40, pd, gen, grad=True)
+    ours = op(ops, entry)(x, *params, 1e-5)
+    c = torch.float64 if torch.float64 in (xd, pd) else torch.float32
+    theirs = aten(entry, x.to(c), [p.to(c) for p in params], 1e-5).to(xd)
+    assert ours.dtype == xd
+    torch.testing.assert_close(ours, theirs)
+    g = make((6, 40), xd, gen, 1.0)
+    mine = torch.autograd.grad(ours, (x, *params), g)
+    want = torch.autograd.grad(theirs, (x, *params), g)
+    for m, w, t in zip(mine, want, (x, *params)):
+        assert m.dtype == t.dtype
+        small = torch.finfo(xd).bits == 16
+        torch.testing.assert_close(m, w, rtol=2e-2 if small else 1e-5, atol=1e-2 if small else 1e-6)
+    if xd in (torch.float16, torch.bfloat16) and pd == torch.float32:  # the case aten's kernels take as is
+        torch.testing.assert_close(ours, aten(entry, x, params, 1e-5))
+
+
+@ENTRIES
+def test_default_eps_empty_zero_and_strided_rows(ops, entry, gen):
+    x = make((6, 16), torch.float32, gen) * 1e-4  # small rows, where eps matters
+    torch.testing.assert_close(op(ops, entry)(x), aten(entry, x, ()), atol=1e-6, rtol=2e-6)
+    for shape in [(0, 4), (3, 0), (2, 0, 5)]:
+        assert op(ops, entry)(torch.zeros(shape)).shape == shape
+    z = torch.zeros(3, 8)
+    ones = [torch.ones(8)] * len(entry.params)
+    assert torch.equal(op(ops, entry)(z, *ones), aten(entry, z, ones))
+    t = make((16, 12), torch.float32, gen).t()
+    params = make_params(entry, 16, torch.float32, gen)
+    torch.testing.assert_close(op(ops, entry)(t, *params, 1e-6), aten(entry, t, params, 1e-6))
+
+
+@ENTRIES
+def test_bit_identical_for_one_and_two_threads(ops, entry, gen):
+    x = make((64, 4097), torch.float32, gen).requires_grad_()
+    params = make_params(entry, 4097, torch.float32, gen, grad=True)
+    before, results = torch.get_num_threads(), []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            y = op(ops, entry)(x, *params, 1e-6)
+            results.append((y.detach(), *torch.autograd.grad(y, (x, *params), torch.ones_like(y))))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+# ---- errors: the real and the fake kernel say the same ---------------------------
+
+
+def error_cases(entry: RowReduction) -> list[tuple[Any, str]]:
+    p = len(entry.params)
+    cases = [
+        (
+            lambda d: (torch.tensor(1.0, device=d), [None] * p),
+            r"x: expected a tensor with at least one dimension",
+        ),
+        (
+            lambda d: (torch.ones(3, 4, dtype=torch.int32, device=d), [None] * p),
+            r"x: expected dtype .*, got int32",
+        ),
+    ]
+    for i, name in enumerate(entry.params):
+        cases += [
+            (
+                _with_param(p, i, lambda d: torch.ones(5, device=d)),
+                rf"{name}: expected shape \[4\] .*got \[5\]",
+            ),
+            (_with_param(p, i, lambda d: torch.ones(2, 2, device=d)), rf"{name}: expected shape \[4\]"),
+            (
+                _with_param(p, i, lambda d: torch.ones(4, dtype=torch.int32, device=d)),
+                rf"{name}: expected dtype float32, float64, float16 or bfloat16, got int32",
+            ),
+        ]
+    return cases
+
+
+def _with_param(p: int, i: int, make_param: Any) -> Any:
+    """Arguments (x of [3, 4], parameter i from make_param(device), the others None) on a device."""
+    return lambda d: (torch.ones(3, 4, device=d), [make_param(d) if j == i else None for j in range(p)])
+
+
+ERROR_CASES = [(e, i) for e in ROW_REDUCTIONS for i in range(len(error_cases(e)))]
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize(("entry", "case"), ERROR_CASES, ids=[f"{e.name}-{i}" for e, i in ERROR_CASES])
+def test_errors_name_the_argument(ops, entry, case, device):
+    make_args, pattern = error_cases(entry)[case]
+    x, params = make_args(device)
+    with pytest.raises(RuntimeError, match=prefix(ops) + entry.name + ": " + pattern):
+        op(ops, entry)(x, *params)
+
+
+@ENTRIES
+def test_errors_with_grad_name_the_op_called(ops, entry):
+    x = torch.ones(3, 4, requires_grad=True)
+    last = entry.params[-1]
+    bad = [None] * (len(entry.params) - 1) + [torch.ones(5)]
+    with pytest.raises(RuntimeError, match=rf"{prefix(ops)}{entry.name}: {last}: expected shape \[4\]"):
+        op(ops, entry)(x, *bad)
+    if entry.fused_add:
+        with pytest.raises(
+            RuntimeError, match=rf"{prefix(ops)}{entry.add_name}: residual: expected shape \[3, 4\]"
+        ):
+            op(ops, entry, entry.add_name)(x, torch.ones(3, 5))
+
+
+# ---- autograd -----------------------------------------------------------------------
+
+
+@ENTRIES
+def test_gradcheck_gradgradcheck_and_forward_ad(ops, entry, gen):
+    x = make((3, 7), torch.float64, gen).requires_grad_()
+    for params in subsets(make_params(entry, 7, torch.float64, gen, grad=True)):
+        present = [i for i, p in enumerate(params) if p is not None]
+
+        def fn(a, *ps, present=present):
+            full = [None] * len(entry.params)
+            for i, t in zip(present, ps):
+                full[i] = t
+            return op(ops, entry)(a, *full, 1e-5)
+
+        args = (x, *(params[i] for i in present))
+        assert torch.autograd.gradcheck(fn, args, check_forward_ad=True)
+        assert torch.autograd.gradgradcheck(fn, args)
+
+
+@ENTRIES
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gradients_as_accurate_as_aten(ops, entry, dtype, gen):
+    x = (make((8, 64), dtype, gen) + 0.5).requires_grad_()
+    params = make_params(entry, 64, dtype, gen, grad=True)
+    g = make((8, 64), dtype, gen, 1.0)
+    ours = torch.autograd.grad(op(ops, entry)(x, *params, 1e-6), (x, *params), g)
+    theirs = torch.autograd.grad(aten(entry, x, params, 1e-6), (x, *params), g)
+    x64 = x.detach().double().requires_grad_()
+    p64 = [p.detach().double().requires_grad_() for p in params]
+    ref = torch.autograd.grad(aten(entry, x64, p64, 1e-6), (x64, *p64), g.double())
+    for o, a, r in zip(ours, theirs, ref):
+        assert o.dtype == dtype
+        assert err(o, r) <= err(a, r) + 2 * torch.finfo(dtype).eps * r.abs().max().item(), (
+            err(o, r),
+            err(a, r),
+        )
+
+
+# ---- vmap ---------------------------------------------------------------------------
+
+
+@ENTRIES
+@pytest.mark.parametrize("in_dims", [(0, None), (1, None), (0, 0), (None, 0)])
+def test_vmap_without_fallback(ops, entry, in_dims, gen):
+    torch._C._functorch._set_vmap_fallback_enabled(False)
+    try:
+        x = make((4, 3, 8), torch.float32, gen)
+        if in_dims[0] is None:
+            x = x[0]
+        batch = 4 if in_dims[0] != 1 else 3
+        params = [
+            make((batch, 8), torch.float32, gen, 1.0) if in_dims[1] == 0 else p
+            for p in make_params(entry, 8, torch.float32, gen)
+        ]
+        dims = (in_dims[0], *([in_dims[1]] * len(params)))
+        got = torch.vmap(lambda a, *ps: op(ops, entry)(a, *ps, 1e-6), in_dims=dims)(x, *params)
+        want = torch.vmap(lambda a, *ps: aten(entry, a, ps, 1e-6), in_dims=dims)(x, *params)
+        torch.testing.assert_close(got, want)
+    finally:
+        torch._C._functorch._set_vmap_fallback_enabled(True)
+
+
+# ---- compile and opcheck ---------------------------------------------------------------
+
+
+@ENTRIES
+def test_compile_fullgraph_dynamic_forward_and_backward(ops, entry, gen):
+    x = make((6, 32), torch.float32, gen).requires_grad_()
+    params = make_params(entry, 32, torch.float32, gen, grad=True)
+    fn = torch.compile(lambda a, *ps: op(ops, entry)(a, *ps, 1e-6) * 2, fullgraph=True, dynamic=True)
+    y = fn(x, *params)
+    eager = op(ops, entry)(x, *params, 1e-6) * 2
+    torch.testing.assert_close(y, eager)
+    got = torch.autograd.grad(y.sum(), (x, *params))
+    want = torch.autograd.grad(eager.sum(), (x, *params))
+    torch.testing.assert_close(got, want)
+    x2 = make((10, 32), torch.float32, gen)
+    torch.testing.assert_close(fn(x2, *params), op(ops, entry)(x2, *params, 1e-6) * 2)
+
+
+def opcheck_cases(entry: RowReduction) -> list[tuple[str, Any]]:
+    def args(shape: Any, dtype: Any, grad: bool, with_params: bool, eps: Any) -> Any:
+        def build(g: Any) -> tuple[Any, ...]:
+            x = make(shape, dtype, g).requires_grad_(grad)
+            ps = (
+                make_params(entry, shape[-1], dtype, g, grad=grad)
+                if with_params
+                else [None] * len(entry.params)
+            )
+            return (x, *ps, eps)
+
+        return build
+
+    default = entry.eps  # None where the schema's eps is optional
+    cases = [
+        (entry.name, args((3, 8), torch.float32, True, False, 1e-5)),
+        (entry.name, args((2, 3, 8), torch.float64, False, True, default)),
+        (entry.name, args((3, 8), torch.float32, True, True, default)),
+    ]
+    if entry.fused_add:
+
+        def fused(grad: bool) -> Any:
+            def build(g: Any) -> tuple[Any, ...]:
+                x, r = make((3, 8), torch.float32, g).requires_grad_(grad), make((3, 8), torch.float32, g)
+                return (x, r, *make_params(entry, 8, torch.float32, g, grad=grad), 1e-6)
+
+            return build
+
+        cases += [
+            (entry.add_name, fused(False)),
+            (entry.add_name, fused(True)),
+            (entry.add_name + "_", fused(False)),
+        ]
+    return cases
+
+
+OPCHECKS = [(e, i) for e in ROW_REDUCTIONS for i in range(len(opcheck_cases(e)))]
+
+
+@pytest.mark.parametrize(("entry", "case"), OPCHECKS, ids=[f"{e.name}-{i}" for e, i in OPCHECKS])
+def test_opcheck(ops, entry, case, gen):
+    name, args = opcheck_cases(entry)[case]
+    result = torch.library.opcheck(getattr(ops, name).default, args(gen))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+# ---- the fused residual form ----------------------------------------------------------
+
+
+@FUSED
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_add_is_the_add_then_the_norm(ops, entry, dtype, gen):
+    x, r = make((5, 40), dtype, gen), make((5, 40), dtype, gen)
+    params = make_params(entry, 40, dtype, gen)
+    y, h = op(ops, entry, entry.add_name)(x, r, *params, 1e-6)
+    assert torch.equal(h, x + r)  # rounded to the dtype first, as the model would
+    assert torch.equal(y, op(ops, entry)(x + r, *params, 1e-6))
+
+
+@FUSED
+def test_fused_add_gradients(ops, entry, gen):
+    x = make((3, 6), torch.float64, gen).requires_grad_()
+    r = make((3, 6), torch.float64, gen).requires_grad_()
+    params = make_params(entry, 6, torch.float64, gen, grad=True)
+    fused = op(ops, entry, entry.add_name)
+    assert torch.autograd.gradcheck(lambda *a: fused(*a, 1e-5), (x, r, *params), check_forward_ad=True)
+
+
+@FUSED
+def test_fused_add_in_place(ops, entry, gen):
+    x, r = make((4, 16), torch.float32, gen), make((4, 16), torch.float32, gen)
+    params = make_params(entry, 16, torch.float32, gen)
+    want_y, want_h = op(ops, entry, entry.add_name)(x, r, *params, 1e-6)
+    version = r._version
+    in_place = op(ops, entry, entry.add_name + "_")
+    y = in_place(x, r, *params, 1e-6)
+    assert torch.equal(y, want_y) and torch.equal(r, want_h) and r._version > version
+    strided = torch.empty(16, 4).t()
+    strided.copy_(want_h - x)
+    in_place(x, strided, *params, 1e-6)  # a strided residual is written in place
+    torch.testing.assert_close(strided, want_h)
+    with pytest.raises(RuntimeError, match=rf"{entry.add_name}_: writes into `residual` .*requires grad"):
+        in_place(x.requires_grad_(), r, *params)
+
+
+@FUSED
+def test_fused_add_in_place_is_functionalized_under_compile(ops, entry, gen):
+    x, r = make((4, 16), torch.float32, gen), make((4, 16), torch.float32, gen)
+    r2 = r.clone()
+    in_place = op(ops, entry, entry.add_name + "_")
+    nones = [None] * len(entry.params)
+
+    @torch.compile(fullgraph=True)
+    def step(a, b):
+        return in_place(a, b, *nones, 1e-6) * 2
+
+    y = step(x, r)
+    want = in_place(x, r2, *nones, 1e-6) * 2
+    torch.testing.assert_close(y, want)
+    torch.testing.assert_close(r, r2)
