@@ -15,27 +15,40 @@ import pytest
 import tierkit_torch
 import torch
 from tensor_files import read_tensors, write_tensors
+from tierkit_core.op_table import OPS, ROW_REDUCTIONS
+from tierkit_core.op_testing import scalar_values
 
 ops = torch.ops.tierkit
 RUNNER = Path(__file__).resolve().parents[1] / "examples" / "aoti-runner"
 
 
 class Model(torch.nn.Module):
-    """Every functional tierkit op, in one graph."""
+    """Every functional tierkit op of the op table, in one graph: each
+    pointwise entry (a second tensor where it takes one, its test scalars),
+    then each row reduction with its parameters (and its fused residual form
+    where it has one)."""
 
     def __init__(self):
         super().__init__()
-        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 16), requires_grad=False)
+        for entry in ROW_REDUCTIONS:
+            for i, p in enumerate(entry.params):
+                value = (
+                    torch.linspace(0.5, 1.5, 16) if p == "weight" else torch.linspace(-0.2, 0.3, 16) * (i + 1)
+                )
+                self.register_buffer(f"{entry.name}_{p}", value)
 
     def forward(self, x, y):
-        h = ops.custom_add(x, y)
-        h = ops.mul(h, y)
-        h = ops.scale_shift(h, 1.5, -0.25)
-        h = ops.muladd(h, x, 0.5)
-        h = ops.silu_mul(h, y)
-        h = ops.rms_norm(h, self.weight, 1e-6)
-        n, r = ops.add_rms_norm(h, x, None, None)
-        return ops.custom_add(n, r)
+        h = x
+        for op in OPS:
+            tensors = (h, y)[: len(op.tensors)]
+            h = getattr(ops, op.name)(*tensors, *scalar_values(op.name))
+        for entry in ROW_REDUCTIONS:
+            params = [getattr(self, f"{entry.name}_{p}") for p in entry.params]
+            h = getattr(ops, entry.name)(h, *params, 1e-6)
+            if entry.fused_add:
+                n, r = getattr(ops, entry.add_name)(h, x, *([None] * len(params)), None)
+                h = ops.custom_add(n, r)
+        return h
 
 
 @pytest.fixture(scope="module")

@@ -153,44 +153,56 @@ def test_dtensor_placements_and_values():
     assert results["silu_mul P*R"][0] != ["P(sum)"]
 
 
-def _rms_norm_worker(rank):
+def _rows_worker(rank):
     import tierkit_torch  # noqa: F401
     import torch.nn.functional as F
+    from tierkit_core.op_table import ROW_REDUCTIONS
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
     ops = torch.ops.tierkit
     mesh = init_device_mesh("cpu", (WORLD,))
-    gen = torch.Generator().manual_seed(0)
-    x, w = torch.randn(4, 6, 8, generator=gen), torch.randn(8, generator=gen)
     out = {}
-    dw_ = distribute_tensor(w, mesh, [Replicate()])
-    for placement in (Shard(0), Shard(1), Shard(2), Replicate()):
-        dx = distribute_tensor(x, mesh, [placement]).requires_grad_()
-        dw = dw_.detach().requires_grad_()
-        y = ops.rms_norm(dx, dw, 1e-6)
-        want = F.rms_norm(x, (8,), w, 1e-6)
-        gx, gw = torch.autograd.grad(y.sum(), (dx, dw))
-        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
-        ex, ew = torch.autograd.grad(F.rms_norm(xr, (8,), wr, 1e-6).sum(), (xr, wr))
-        out[str(placement)] = (
-            [str(p) for p in y.placements],
-            bool(torch.allclose(y.full_tensor(), want, rtol=1e-5, atol=1e-6)),
-            bool(torch.allclose(gx.full_tensor(), ex, rtol=1e-4, atol=1e-5)),
-            bool(torch.allclose(gw.full_tensor(), ew, rtol=1e-4, atol=1e-5)),
-        )
+    for entry in ROW_REDUCTIONS:  # every row reduction of the op table
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(4, 6, 8, generator=gen)
+        params = [float(p == "weight") + 0.5 * torch.randn(8, generator=gen) for p in entry.params]
+        op, aten = getattr(ops, entry.name), getattr(F, entry.name)
+        for placement in (Shard(0), Shard(1), Shard(2), Replicate()):
+            dx = distribute_tensor(x, mesh, [placement]).requires_grad_()
+            dps = [distribute_tensor(p, mesh, [Replicate()]).requires_grad_() for p in params]
+            y = op(dx, *dps, 1e-6)
+            want = aten(x, (8,), *params, 1e-6)
+            grads = torch.autograd.grad(y.sum(), (dx, *dps))
+            xr, prs = x.clone().requires_grad_(), [p.clone().requires_grad_() for p in params]
+            exact = torch.autograd.grad(aten(xr, (8,), *prs, 1e-6).sum(), (xr, *prs))
+            out[f"{entry.name} {placement}"] = (
+                [str(p) for p in y.placements],
+                bool(torch.allclose(y.full_tensor(), want, rtol=1e-5, atol=1e-6)),
+                [
+                    bool(torch.allclose(g.full_tensor(), e, rtol=1e-4, atol=1e-5))
+                    for g, e in zip(grads, exact)
+                ],
+                [[str(p) for p in g.placements] for g in grads[1:]],
+            )
     return out
 
 
-def test_dtensor_rms_norm_rows_shard_without_communication():
-    per_rank = _run(_rms_norm_worker)
+def test_dtensor_row_reductions_shard_rows_without_communication():
+    from tierkit_core.op_table import ROW_REDUCTIONS
+
+    per_rank = _run(_rows_worker)
     assert per_rank[0] == per_rank[1]
     results = per_rank[0]
-    for placement, (_, values, grad_x, grad_w) in results.items():
-        assert values and grad_x and grad_w, (placement, results[placement])
-    # A batch dim keeps its shard; the normalised dim is made whole first.
-    assert results["S(0)"][0] == ["S(0)"] and results["S(1)"][0] == ["S(1)"]
-    assert results["S(2)"][0] != ["S(2)"]
+    for case, (_, values, grads, _) in results.items():
+        assert values and all(grads), (case, results[case])
+    for entry in ROW_REDUCTIONS:
+        n = entry.name
+        # A batch dim keeps its shard; the normalised dim is made whole first.
+        assert results[f"{n} S(0)"][0] == ["S(0)"] and results[f"{n} S(1)"][0] == ["S(1)"]
+        assert results[f"{n} S(2)"][0] != ["S(2)"]
+        # The parameters' gradients over sharded rows: partial sums, reduced only when read.
+        assert all(g == ["P(sum)"] for g in results[f"{n} S(0)"][3]), results[f"{n} S(0)"]
 
 
 # ---- DDP ---------------------------------------------------------------------------
