@@ -172,7 +172,7 @@ void check(tierkit_fuzz::Input& in) {
       const LRow xr = lrow(&x[static_cast<std::size_t>(r * d)]);
       const LRow want = Info::reference(f, xr, w, b, e);
       // The normalised row's largest magnitude bounds the cancellation in it
-      // (layer_norm's x - mean): the error of each element is a few units of
+      // (a mean-centred kind's x - mean): the error of each element is a few units of
       // it, scaled by that element's weight, plus its own rounding.
       const LRow xhat = Info::reference(f, xr, 1.0L, 0.0L, e);
       long double scale = 0;

@@ -390,7 +390,7 @@ def _compare_rows(entry, x, params, got):
     )
     want = np.asarray(evaluate_row(entry, entry.reference, names), dtype=wide)
     # The normalised rows' largest magnitude bounds their cancellation
-    # (layer_norm's x - mean); each element's error is a few units of it,
+    # (a mean-centred kind's x - mean); each element's error is a few units of it,
     # scaled by its weight, plus its own.
     xhat = np.asarray(
         evaluate_row(

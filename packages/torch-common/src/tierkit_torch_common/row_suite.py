@@ -4,8 +4,8 @@ these tests and gives them its namespace (the ``ops`` fixture), so a new
 entry is tested by torch-cpu's and torch-stable's suites with no new test
 code (the guard test ``tests/test_every_suite_reads_the_table.py`` checks it).
 
-Every test compares with aten's ``F.<name>`` (``F.rms_norm``,
-``F.layer_norm``: ``(x, (d,), *params, eps)``) and with float64 or the
+Every test compares with aten's ``torch.nn.functional.<name>(x, (d,),
+*params, eps)`` and with float64 or the
 entry's own formula in extended precision: values and accuracy per dtype,
 mixed dtypes, the default eps, empty and strided rows, determinism across
 thread counts, errors (the real and the fake kernel alike), gradients in both
@@ -141,9 +141,9 @@ MIXED = [
 def test_parameters_of_another_dtype_as_aten(ops, entry, xd, pd, gen):
     # aten's rule: parameters of any float dtype, computed in x's compute type
     # (float32 for 16-bit x; float64 where x or a parameter is), the output
-    # rounded to x's dtype, each gradient in its input's. (aten's CPU
-    # layer_norm accepts only 16-bit x with float32 parameters; the rest it
-    # refuses, and tierkit computes as its rule says.)
+    # rounded to x's dtype, each gradient in its input's. (Some of aten's CPU
+    # norms accept only 16-bit x with float32 parameters and refuse the rest;
+    # tierkit computes those as the rule says.)
     x = make((6, 40), xd, gen).requires_grad_()
     params = make_params(entry, 40, pd, gen, grad=True)
     ours = op(ops, entry)(x, *params, 1e-5)
