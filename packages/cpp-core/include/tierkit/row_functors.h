@@ -300,18 +300,20 @@ struct LayerNormRows {
     // rounds, and in a row whose spread is small against its mean that
     // rounding, times rstd, would be the whole output (a constant row of
     // 128.23 in float32 gave 0.005 for 0). The corrected mean is exact for a
-    // constant row and within an ulp of the row's mean otherwise.
+    // constant row and within an ulp of the row's mean otherwise; the
+    // variance is the corrected two-pass one (Chan, Golub and LeVeque), both
+    // sums from one pass.
     const C mean0 =
         lane_sum_of<C>(d, [xr](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(xr + j); }) / n;
-    const C mean = mean0 + lane_sum_of<C>(d, [xr, mean0](std::int64_t j) TIERKIT_ROW_LAMBDA {
-                             return load_compute(xr + j) - mean0;
-                           }) / n;
-    const C var = lane_sum_of<C>(d,
-                                 [xr, mean](std::int64_t j) TIERKIT_ROW_LAMBDA {
-                                   const C v = load_compute(xr + j) - mean;
-                                   return v * v;
-                                 }) /
-                  n;
+    const Sums2<C> s = lane_sum2_of<C>(
+        d, [xr, mean0](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(xr + j) - mean0; },
+        [xr, mean0](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          const C v = load_compute(xr + j) - mean0;
+          return v * v;
+        });
+    const C shift = s.a / n;
+    const C mean = mean0 + shift;
+    const C var = std::max(C(0), s.b / n - shift * shift);
     stats[0] = mean;
     stats[1] = C(1) / std::sqrt(var + eps);
   }
@@ -382,12 +384,12 @@ struct LayerNormRows {
       }
       if (!dx) continue;
       const C n = static_cast<C>(d);
-      const C a = lane_sum_of<C>(d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA { return g_of(gr, w, j); }) / n;
-      const C c = lane_sum_of<C>(d,
-                                 [=](std::int64_t j) TIERKIT_ROW_LAMBDA {
-                                   return g_of(gr, w, j) * ((load_compute(xr + j) - mean) * rs);
-                                 }) /
-                  n;
+      // mean(g) and mean(g * x-hat) from one pass.
+      const Sums2<C> ac = lane_sum2_of<C>(
+          d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA { return g_of(gr, w, j); },
+          [=](std::int64_t j)
+              TIERKIT_ROW_LAMBDA { return g_of(gr, w, j) * ((load_compute(xr + j) - mean) * rs); });
+      const C a = ac.a / n, c = ac.b / n;
       T* dxr = dx + r * d;
       // dx may be dy or x exactly (element j reads only element j).
       TIERKIT_VECTORIZE_LOOP
@@ -405,28 +407,25 @@ struct LayerNormRows {
 template <typename W, typename T>
 struct LayerNormRows16 {
   TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, float eps, float* stats) {
-    alignas(64) float xb[kRowChunk];
     const float n = static_cast<float>(d);
-    // The mean corrected by the mean of x - mean0, as LayerNormRows' (why there).
+    // The mean corrected by the mean of x - mean0 and the corrected two-pass
+    // variance, as LayerNormRows' (why there).
     const float mean0 = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t)
                                          TIERKIT_ROW_LAMBDA { widen<W>(xr + j0, m, t); }) /
                         n;
-    const float mean =
-        mean0 + chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
-                  widen<W>(xr + j0, m, t);
-                  TIERKIT_VECTORIZE_LOOP
-                  for (std::int64_t j = 0; j < m; ++j) t[j] -= mean0;
-                }) / n;
-    const float var = chunk_sum(d,
-                                [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
-                                  widen<W>(xr + j0, m, xb);
-                                  TIERKIT_VECTORIZE_LOOP
-                                  for (std::int64_t j = 0; j < m; ++j) {
-                                    const float v = xb[j] - mean;
-                                    t[j] = v * v;
-                                  }
-                                }) /
-                      n;
+    const Sums2<float> s =
+        chunk_sum2(d, [&](std::int64_t j0, std::int64_t m, float* ta, float* tb) TIERKIT_ROW_LAMBDA {
+          widen<W>(xr + j0, m, ta);
+          TIERKIT_VECTORIZE_LOOP
+          for (std::int64_t j = 0; j < m; ++j) {
+            const float v = ta[j] - mean0;
+            ta[j] = v;
+            tb[j] = v * v;
+          }
+        });
+    const float shift = s.a / n;
+    const float mean = mean0 + shift;
+    const float var = std::max(0.f, s.b / n - shift * shift);
     stats[0] = mean;
     stats[1] = 1.f / std::sqrt(var + eps);
   }
@@ -523,21 +522,18 @@ struct LayerNormRows16 {
       }
       if (!dx) continue;
       const float n = static_cast<float>(d);
-      const float a = chunk_sum(d,
-                                [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
-                                  load(gr, xr, mean, rs, j0, m);
-                                  with_w(j0, m);
-                                  for (std::int64_t j = 0; j < m; ++j) t[j] = gb[j];
-                                }) /
-                      n;
-      const float c = chunk_sum(d,
-                                [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
-                                  load(gr, xr, mean, rs, j0, m);
-                                  with_w(j0, m);
-                                  TIERKIT_VECTORIZE_LOOP
-                                  for (std::int64_t j = 0; j < m; ++j) t[j] = gb[j] * xh[j];
-                                }) /
-                      n;
+      // mean(g) and mean(g * x-hat) from one pass.
+      const Sums2<float> ac =
+          chunk_sum2(d, [&](std::int64_t j0, std::int64_t m, float* ta, float* tb) TIERKIT_ROW_LAMBDA {
+            load(gr, xr, mean, rs, j0, m);
+            with_w(j0, m);
+            TIERKIT_VECTORIZE_LOOP
+            for (std::int64_t j = 0; j < m; ++j) {
+              ta[j] = gb[j];
+              tb[j] = gb[j] * xh[j];
+            }
+          });
+      const float a = ac.a / n, c = ac.b / n;
       for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
         const std::int64_t m = std::min(kRowChunk, d - j0);
         load(gr, xr, mean, rs, j0, m);

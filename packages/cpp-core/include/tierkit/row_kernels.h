@@ -169,6 +169,44 @@ __attribute__((always_inline)) inline C lane_sum_of(std::int64_t d, const Term& 
       term);
 }
 
+// Two sums over the same terms' pass, each in lane_sum's order (so each is
+// the single sum's bits): a row read once for two statistics.
+template <typename C>
+struct Sums2 {
+  C a, b;
+};
+template <typename C, typename TermA, typename TermB>
+__attribute__((always_inline)) inline Sums2<C> lane_sum2_of(std::int64_t d, const TermA& ta,
+                                                            const TermB& tb) {
+  Lanes<C> ra, rb;
+  for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
+    const std::int64_t end = std::min(d, j0 + kRowChunk);
+    Lanes<C> aa, ab;
+    std::int64_t j = j0;
+    for (; j + kRowLanes <= end; j += kRowLanes) {
+      C va[kRowLanes], vb[kRowLanes];
+      for (int k = 0; k < kRowLanes; ++k) {
+        va[k] = ta(j + k);
+        vb[k] = tb(j + k);
+      }
+      aa.add(va);
+      ab.add(vb);
+    }
+    if (j < end) {  // the chunk's tail; the lanes past it add +0
+      C va[kRowLanes] = {}, vb[kRowLanes] = {};
+      for (int k = 0; j + k < end; ++k) {
+        va[k] = ta(j + k);
+        vb[k] = tb(j + k);
+      }
+      aa.add(va);
+      ab.add(vb);
+    }
+    ra.add(aa);
+    rb.add(ab);
+  }
+  return {ra.total(), rb.total()};
+}
+
 #ifdef TIERKIT_SIMD_DISPATCH
 
 // The 16-bit rows (Rows16: forward and backward) through float buffers of one
@@ -215,6 +253,37 @@ TIERKIT_ROW_INLINE float chunk_sum(std::int64_t d, const Fill& fill) {
     row.add(acc);
   }
   return row.total();
+}
+
+// chunk_sum of two fills from one pass: fill(j0, m, ta, tb) writes a chunk
+// of each; each sum keeps chunk_sum's order (and so its bits).
+template <typename Fill>
+TIERKIT_ROW_INLINE Sums2<float> chunk_sum2(std::int64_t d, const Fill& fill) {
+  alignas(64) float ta[kRowChunk], tb[kRowChunk];
+  Lanes<float> ra, rb;
+  auto add_chunk = [](const float* t, std::int64_t m, Lanes<float>& acc) TIERKIT_ROW_LAMBDA {
+    std::int64_t j = 0;
+    for (; j + kRowLanes <= m; j += kRowLanes) {
+      float v[kRowLanes];
+      for (int k = 0; k < kRowLanes; ++k) v[k] = t[j + k];
+      acc.add(v);
+    }
+    if (j < m) {  // the chunk's tail; the lanes past it add +0
+      float v[kRowLanes] = {};
+      for (int k = 0; j + k < m; ++k) v[k] = t[j + k];
+      acc.add(v);
+    }
+  };
+  for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
+    const std::int64_t m = std::min(kRowChunk, d - j0);
+    fill(j0, m, ta, tb);
+    Lanes<float> aa, ab;
+    add_chunk(ta, m, aa);
+    add_chunk(tb, m, ab);
+    ra.add(aa);
+    rb.add(ab);
+  }
+  return {ra.total(), rb.total()};
 }
 
 // The converters of one width. No target attributes here: the row16_*
