@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tierkit_core.op_table import OPS, ROW_REDUCTIONS, find
-from tierkit_core.op_testing import evaluate, evaluate_row, numpy_functions, numpy_row_functions, row_names
+from tierkit_core.op_testing import evaluate, numpy_functions, numpy_row_reference
 from tierkit_torch_common import testing
 
 # Every entry of the op table, by its bridge name, from its entry alone: a
@@ -188,7 +188,6 @@ for _op in TORCH_ARITY:
 # aten's F.<name> (torch): a new entry is tested here with no new test code.
 
 ROWS = {e.name: e for e in ROW_REDUCTIONS}
-ROW_NUMPY = numpy_row_functions(np)
 moderate = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 
 
@@ -205,14 +204,7 @@ def row_inputs(draw, entry, dtype, negative=True):
 
 
 def row_reference(entry, x, params, eps):
-    names = row_names(
-        entry,
-        x.astype(np.float64),
-        [None if p is None else p.astype(np.float64) for p in params],
-        eps,
-        ROW_NUMPY,
-    )
-    return np.asarray(evaluate_row(entry, entry.reference, names), dtype=np.float64)
+    return numpy_row_reference(np, entry, x, params, eps, np.float64)
 
 
 def row_tolerance(entry, x, params, eps, dtype):

@@ -196,18 +196,6 @@ py::object general_path(const char* op, PyObject* const* slots, std::size_t coun
   return py::reinterpret_borrow<py::object>(call)(op, args, out);
 }
 
-// numpy's MaskedArray type once numpy.ma is imported (before that, no masked
-// array exists); null otherwise.
-PyTypeObject* masked_array_type() {
-  static PyTypeObject* type = nullptr;
-  if (!type) {
-    PyObject* ma = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy.ma");  // borrowed
-    if (!ma) return nullptr;
-    type = reinterpret_cast<PyTypeObject*>(py::object(py::handle(ma).attr("MaskedArray")).release().ptr());
-  }
-  return type;
-}
-
 // numpy's generic scalar type (np.float64(1) ...), once numpy is imported.
 PyTypeObject* numpy_generic_type() {
   static PyTypeObject* type = nullptr;
@@ -470,6 +458,18 @@ py::dict op_parameters() {
 }
 
 }  // namespace
+
+// numpy's MaskedArray type once numpy.ma is imported (before that, no masked
+// array exists); null otherwise.
+PyTypeObject* masked_array_type() {
+  static PyTypeObject* type = nullptr;
+  if (!type) {
+    PyObject* ma = PyDict_GetItemString(PyImport_GetModuleDict(), "numpy.ma");  // borrowed
+    if (!ma) return nullptr;
+    type = reinterpret_cast<PyTypeObject*>(py::object(py::handle(ma).attr("MaskedArray")).release().ptr());
+  }
+  return type;
+}
 
 unsigned max_threads() { return g_max_threads.load(std::memory_order_relaxed); }
 

@@ -17,6 +17,9 @@ unsigned max_threads();
 py::object new_output_like(const py::handle& first_input, const tierkit::TensorView& like);
 // Tells torch that `out` was written (its version counter), as out= ops do.
 void note_written(const py::object& out);
+// numpy's MaskedArray type once numpy.ma is imported (before that, no masked
+// array exists); null otherwise. Shared by the pointwise ops and the rows.
+PyTypeObject* masked_array_type();
 // Whether allocating ops take their output from core's caching allocator.
 void set_output_caching(bool enabled);
 bool output_caching();

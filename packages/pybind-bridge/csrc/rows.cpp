@@ -57,8 +57,8 @@ py::object imported(const char* module) {
 // statistics have no masked meaning tierkit could honour as numpy.ma would),
 // so it is refused rather than silently dropped.
 void refuse_masked(const std::string& op, const py::handle& value, const char* name) {
-  const py::object ma = imported("numpy.ma");
-  if (!ma || !py::isinstance(value, ma.attr("MaskedArray"))) return;
+  PyTypeObject* masked = masked_array_type();
+  if (!masked || !PyObject_TypeCheck(value.ptr(), masked)) return;
   const std::string n = name, o = op.substr(0, op.size() - 2);
   throw py::type_error(op + n + ": expected an array without a mask, got a numpy.ma.MaskedArray (" + o +
                        " would normalise over the masked elements too); pass " + n + ".filled(value) or " +

@@ -23,7 +23,7 @@ import warnings
 
 import atheris
 from tierkit_core.op_table import ROW_REDUCTIONS
-from tierkit_core.op_testing import evaluate_row, numpy_row_functions, row_names
+from tierkit_core.op_testing import numpy_row_reference
 
 with atheris.instrument_imports():
     import numpy as np
@@ -35,7 +35,6 @@ except ImportError:  # the target runs without torch too, with fewer producers
     torch = None
 
 warnings.simplefilter("ignore")
-ROW_FUNCTIONS = numpy_row_functions(np)
 ALLOWED = (TypeError, ValueError)
 NUMPY_DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "bool", "complex64", ">f4", "<f8"]
 FORMATS = [
@@ -385,20 +384,11 @@ def _compare_rows(entry, x, params, got):
         if not np.isfinite(a).all() or np.abs(a).max() >= 1e15:
             return
     wide = np.float64
-    names = row_names(
-        entry, x.astype(wide), [None if p is None else p.astype(wide) for p in params], 1e-6, ROW_FUNCTIONS
-    )
-    want = np.asarray(evaluate_row(entry, entry.reference, names), dtype=wide)
+    want = numpy_row_reference(np, entry, x, params, 1e-6, wide)
     # The normalised rows' largest magnitude bounds their cancellation
     # (a mean-centred kind's x - mean); each element's error is a few units of it,
     # scaled by its weight, plus its own.
-    xhat = np.asarray(
-        evaluate_row(
-            entry,
-            entry.reference,
-            row_names(entry, x.astype(wide), [None] * len(params), 1e-6, ROW_FUNCTIONS),
-        )
-    )
+    xhat = numpy_row_reference(np, entry, x, [None] * len(params), 1e-6, wide)
     scale = np.abs(xhat).max(-1, keepdims=True) if xhat.size else 0.0
     w = 1.0 if params[0] is None else np.abs(params[0].astype(wide))
     b = 0.0 if len(params) < 2 or params[1] is None else np.abs(params[1].astype(wide))

@@ -5,14 +5,7 @@ bound to numpy, so a new entry is tested here with no new test code."""
 import numpy as np
 import tierkit_bridge as tb
 from tierkit_core.op_table import OPS, find
-from tierkit_core.op_testing import (
-    evaluate,
-    evaluate_row,
-    numpy_functions,
-    numpy_row_functions,
-    row_names,
-    scalar_values,
-)
+from tierkit_core.op_testing import evaluate, numpy_functions, numpy_row_reference, scalar_values
 
 NUMPY = numpy_functions(np)
 # The bridge's name for each entry, and how many arrays it takes.
@@ -52,12 +45,4 @@ def row_reference(entry, x, params, eps=None):
             if entry.eps is not None
             else np.finfo(np.float64 if x.dtype == np.float64 else np.float32).eps
         )
-    wide = np.longdouble
-    names = row_names(
-        entry,
-        np.asarray(x).astype(wide),
-        [None if p is None else np.asarray(p).astype(wide) for p in params],
-        wide(eps),
-        numpy_row_functions(np),
-    )
-    return np.asarray(evaluate_row(entry, entry.reference, names), dtype=wide)
+    return numpy_row_reference(np, entry, x, params, eps, np.longdouble)

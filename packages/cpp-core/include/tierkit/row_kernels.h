@@ -229,6 +229,23 @@ TIERKIT_ROW_INLINE void narrow(const float* in, std::int64_t m, T* out) {
   for (; j + W::kLanes <= m; j += W::kLanes) W::from(in + j, out + j);
   for (; j < m; ++j) store_compute(out + j, in[j]);
 }
+// One chunk's m terms t[0..m) in kRowLanes partial sums (lane j mod
+// kRowLanes; the tail's lanes past m add +0): chunk_sum's and chunk_sum2's.
+TIERKIT_ROW_INLINE Lanes<float> chunk_lanes(const float* t, std::int64_t m) {
+  Lanes<float> acc;
+  std::int64_t j = 0;
+  for (; j + kRowLanes <= m; j += kRowLanes) {
+    float v[kRowLanes];
+    for (int k = 0; k < kRowLanes; ++k) v[k] = t[j + k];
+    acc.add(v);
+  }
+  if (j < m) {
+    float v[kRowLanes] = {};
+    for (int k = 0; j + k < m; ++k) v[k] = t[j + k];
+    acc.add(v);
+  }
+  return acc;
+}
 // lane_sum over d terms that fill(j0, m, t) writes a chunk at a time (t[j]
 // = term(j0 + j), j < m): the same chunks, lanes and tails as lane_sum.
 template <typename Fill>
@@ -238,19 +255,7 @@ TIERKIT_ROW_INLINE float chunk_sum(std::int64_t d, const Fill& fill) {
   for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
     const std::int64_t m = std::min(kRowChunk, d - j0);
     fill(j0, m, t);
-    Lanes<float> acc;
-    std::int64_t j = 0;
-    for (; j + kRowLanes <= m; j += kRowLanes) {
-      float v[kRowLanes];
-      for (int k = 0; k < kRowLanes; ++k) v[k] = t[j + k];
-      acc.add(v);
-    }
-    if (j < m) {  // the chunk's tail; the lanes past it add +0
-      float v[kRowLanes] = {};
-      for (int k = 0; j + k < m; ++k) v[k] = t[j + k];
-      acc.add(v);
-    }
-    row.add(acc);
+    row.add(chunk_lanes(t, m));
   }
   return row.total();
 }
@@ -261,27 +266,11 @@ template <typename Fill>
 TIERKIT_ROW_INLINE Sums2<float> chunk_sum2(std::int64_t d, const Fill& fill) {
   alignas(64) float ta[kRowChunk], tb[kRowChunk];
   Lanes<float> ra, rb;
-  auto add_chunk = [](const float* t, std::int64_t m, Lanes<float>& acc) TIERKIT_ROW_LAMBDA {
-    std::int64_t j = 0;
-    for (; j + kRowLanes <= m; j += kRowLanes) {
-      float v[kRowLanes];
-      for (int k = 0; k < kRowLanes; ++k) v[k] = t[j + k];
-      acc.add(v);
-    }
-    if (j < m) {  // the chunk's tail; the lanes past it add +0
-      float v[kRowLanes] = {};
-      for (int k = 0; j + k < m; ++k) v[k] = t[j + k];
-      acc.add(v);
-    }
-  };
   for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
     const std::int64_t m = std::min(kRowChunk, d - j0);
     fill(j0, m, ta, tb);
-    Lanes<float> aa, ab;
-    add_chunk(ta, m, aa);
-    add_chunk(tb, m, ab);
-    ra.add(aa);
-    rb.add(ab);
+    ra.add(chunk_lanes(ta, m));
+    rb.add(chunk_lanes(tb, m));
   }
   return {ra.total(), rb.total()};
 }

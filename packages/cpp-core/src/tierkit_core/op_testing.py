@@ -22,6 +22,7 @@ __all__ = [
     "evaluate_row",
     "numpy_functions",
     "numpy_row_functions",
+    "numpy_row_reference",
     "row_names",
     "scalar_values",
 ]
@@ -119,3 +120,19 @@ def row_names(
 def evaluate_row(entry: RowReduction, formula: str, names: Mapping[str, Any]) -> Any:
     """One of the entry's formulas (`entry.reference`, a derivative, a term) over `names` (`row_names`)."""
     return eval(compile(formula, f"<{entry.name} formula>", "eval"), {"__builtins__": {}}, dict(names))
+
+
+def numpy_row_reference(
+    np: Any, entry: RowReduction, x: Any, params: Sequence[Any], eps: float, dtype: Any
+) -> Any:
+    """The entry's value over numpy arrays (the module passed in), computed
+    in `dtype` (numpy.longdouble, numpy.float64): x and its parameters (None
+    where absent) converted to it, then the entry's formula."""
+    names = row_names(
+        entry,
+        np.asarray(x).astype(dtype),
+        [None if p is None else np.asarray(p).astype(dtype) for p in params],
+        dtype(eps),
+        numpy_row_functions(np),
+    )
+    return np.asarray(evaluate_row(entry, entry.reference, names), dtype=dtype)

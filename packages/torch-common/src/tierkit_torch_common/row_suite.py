@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
-from tierkit_core.op_testing import evaluate_row, numpy_row_functions, row_names
+from tierkit_core.op_testing import numpy_row_reference
 
 __all__ = [
     "DTYPES",
@@ -91,15 +91,9 @@ def op(ops: Any, entry: RowReduction, name: str | None = None) -> Any:
 
 def reference(entry: RowReduction, x: Any, params: Any, eps: float) -> Any:
     """The entry's formula in x87 extended precision (numpy's longdouble), as float64."""
-    wide = np.longdouble
-    names = row_names(
-        entry,
-        x.double().numpy().astype(wide),
-        [None if p is None else p.detach().double().numpy().astype(wide) for p in params],
-        wide(eps),
-        numpy_row_functions(np),
-    )
-    return torch.from_numpy(np.asarray(evaluate_row(entry, entry.reference, names)).astype(np.float64))
+    arrays = [None if p is None else p.detach().double().numpy() for p in params]
+    wide = numpy_row_reference(np, entry, x.double().numpy(), arrays, eps, np.longdouble)
+    return torch.from_numpy(wide.astype(np.float64))
 
 
 def err(y: Any, ref: Any) -> float:
