@@ -21,7 +21,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from tierkit_core.op_table import OPS, ROW_REDUCTIONS, Op, RowReduction
+from tierkit_core.op_table import CASTING_MODES, OPS, ROW_REDUCTIONS, Op, RowReduction
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,6 +43,14 @@ def differentiable(op: Entry) -> bool:
 
 def fused(op: Entry) -> bool:
     return isinstance(op, RowReduction) and op.fused_add
+
+
+def casting(op: Entry) -> bool:
+    return isinstance(op, RowReduction) and op.casting
+
+
+# A casting test holds a case per entry with casting modes and per mode (its ids name both).
+MODES = tuple(m.name for m in CASTING_MODES)
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,45 @@ ROW_SUITE = (
     ),
 )
 
+# The shared casting suite (tierkit_torch_common.casting_suite), as each torch tier collects it.
+CASTING_SUITE = (
+    rows(
+        "casting: values per dtype",
+        "tests/test_casting.py",
+        "test_casting_matches_the_formula",
+        casting,
+        MODES,
+    ),
+    rows(
+        "casting: gradient accuracy",
+        "tests/test_casting.py",
+        "test_casting_gradients_as_accurate_as_the_formula",
+        casting,
+        MODES,
+    ),
+    rows(
+        "casting: autograd", "tests/test_casting.py", "test_casting_gradcheck_and_forward_ad", casting, MODES
+    ),
+    rows(
+        "casting: vmap and compile", "tests/test_casting.py", "test_casting_vmap_and_compile", casting, MODES
+    ),
+    rows(
+        "casting: the fused add",
+        "tests/test_casting.py",
+        "test_casting_fused_add_is_the_add_then_the_norm",
+        casting,
+        MODES,
+    ),
+    rows(
+        "casting: autocast",
+        "tests/test_casting.py",
+        "test_casting_under_autocast_as_the_formula",
+        casting,
+        MODES,
+    ),
+    rows("casting: errors", "tests/test_casting.py", "test_casting_errors_name_the_argument", casting, MODES),
+)
+
 SUITES = {
     "torch-cpu": Suite(
         "packages/torch-cpu",
@@ -121,6 +168,21 @@ SUITES = {
             *ROW_SUITE,
             rows("rows: export", "tests/test_rows.py", "test_export_with_a_dynamic_batch"),
             rows("rows: the module", "tests/test_rows.py", "test_module_is_a_drop_in_for_torchs"),
+            *CASTING_SUITE,
+            rows(
+                "casting: the module",
+                "tests/test_casting.py",
+                "test_casting_module_is_the_models_norm",
+                casting,
+                MODES,
+            ),
+            rows(
+                "casting: export and AOTI",
+                "tests/test_casting.py",
+                "test_casting_export_and_aoti",
+                casting,
+                MODES,
+            ),
         ),
         needs="tierkit_torch",
     ),
@@ -192,6 +254,7 @@ SUITES = {
                 differentiable,
             ),
             *ROW_SUITE,
+            *CASTING_SUITE,
         ),
         needs="tierkit_torch_stable",
     ),
@@ -219,6 +282,27 @@ SUITES = {
                 "rows: torch tensors", "tests/test_rows.py", "test_torch_in_gives_torch_out_bfloat16_included"
             ),
             rows("rows: errors", "tests/test_rows.py", "test_errors_name_the_argument"),
+            rows(
+                "casting: values",
+                "tests/test_casting.py",
+                "test_casting_modes_match_the_formula",
+                casting,
+                MODES,
+            ),
+            rows(
+                "casting: the torch ops'",
+                "tests/test_casting.py",
+                "test_casting_modes_equal_the_torch_ops",
+                casting,
+                MODES,
+            ),
+            rows(
+                "casting: errors",
+                "tests/test_casting.py",
+                "test_casting_errors_name_the_argument",
+                casting,
+                MODES,
+            ),
         ),
         needs="tierkit_bridge",
         bridge_names=True,

@@ -129,12 +129,15 @@ tierkit::Shape k_order_strides(const tierkit::Shape& shape,
 // K order), a torch tensor for torch (a C-contiguous Buffer handed over by
 // DLPack, zero-copy), a Buffer otherwise. With output caching on, the memory
 // comes from core's caching allocator (C order) whatever the input.
+// `input_dtype`: the output has the first input's dtype, so numpy's
+// allocation can reuse its descriptor.
 template <std::size_t N>
-py::object new_output(const py::handle& first_input, const std::array<const tierkit::TensorView*, N>& ins) {
+py::object new_output(const py::handle& first_input, const std::array<const tierkit::TensorView*, N>& ins,
+                      bool input_dtype = true) {
   const tierkit::TensorView& first = *ins[0];
   const bool cached = g_use_cache.load(std::memory_order_relaxed);
   const bool numpy_in = numpy_imported() && py::isinstance<py::array>(first_input);
-  if (numpy_in && !cached) {
+  if (numpy_in && !cached && input_dtype) {
     // numpy's own allocation (PyArray_NewFromDescr), with the input's dtype
     // descriptor: no Python-level call, no dtype object built. C order (null
     // strides) unless no operand is C-contiguous.
@@ -507,6 +510,10 @@ void bind_ops(py::module_& m) {
 
 py::object new_output_like(const py::handle& first_input, const tierkit::TensorView& like) {
   return new_output<1>(first_input, {&like});
+}
+
+py::object new_output_of_dtype(const py::handle& first_input, const tierkit::TensorView& like) {
+  return new_output<1>(first_input, {&like}, /*input_dtype=*/false);
 }
 
 void note_written(const py::object& out) { bump_torch_version(out); }

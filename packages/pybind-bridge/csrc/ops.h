@@ -15,6 +15,8 @@ unsigned max_threads();
 // A fresh C-contiguous output of `like`'s shape and dtype, presented as the
 // pointwise ops present theirs (numpy for numpy, torch for torch, else a Buffer).
 py::object new_output_like(const py::handle& first_input, const tierkit::TensorView& like);
+// The same where `like`'s dtype is not the first input's.
+py::object new_output_of_dtype(const py::handle& first_input, const tierkit::TensorView& like);
 // Tells torch that `out` was written (its version counter), as out= ops do.
 void note_written(const py::object& out);
 // numpy's MaskedArray type once numpy.ma is imported (before that, no masked

@@ -71,6 +71,19 @@ py::object from_sequence(const py::object& value) {
   return py::module_::import("numpy").attr("asarray")(value);
 }
 
+// A real number (Python's or numpy's; not a bool), or the error naming `name`.
+double real_of(const std::string& op, const char* name, const py::handle& v) {
+  bool real = !PyBool_Check(v.ptr()) && (PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()));
+  if (!real && !PyBool_Check(v.ptr())) {
+    const py::object np = imported("numpy");
+    real = np && (py::isinstance(v, np.attr("floating")) || py::isinstance(v, np.attr("integer")));
+  }
+  if (!real)
+    throw py::type_error(op + name + ": expected a real number, got " +
+                         std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+  return v.cast<double>();
+}
+
 // eps as the kernel reads it: a real number (Python's or numpy's), or the
 // entry's default (torch's, the compute type's machine epsilon, where the
 // schema's eps is optional).
@@ -81,15 +94,7 @@ double eps_of(const std::string& op, const py::handle& eps, tierkit::DType x_dty
     return x_dtype == tierkit::DType::Float64 ? std::numeric_limits<double>::epsilon()
                                               : std::numeric_limits<float>::epsilon();
   }
-  bool real = !PyBool_Check(eps.ptr()) && (PyFloat_Check(eps.ptr()) || PyLong_Check(eps.ptr()));
-  if (!real && !PyBool_Check(eps.ptr())) {
-    const py::object np = imported("numpy");
-    real = np && (py::isinstance(eps, np.attr("floating")) || py::isinstance(eps, np.attr("integer")));
-  }
-  if (!real)
-    throw py::type_error(op + "eps: expected a real number, got " +
-                         std::string(py::str(py::type::handle_of(eps).attr("__name__"))));
-  return eps.cast<double>();
+  return real_of(op, "eps", eps);
 }
 
 // A shape as Python prints a tuple: (3,), (2, 3), ().
@@ -157,6 +162,79 @@ Buffer converted(const tierkit::TensorView& v, tierkit::DType dtype) {
   return b;
 }
 
+// The casting modes (the op table's CASTING_MODES, as op_table.h's
+// kCastingModes; torch-common's casting.py arranges the same for the torch
+// tiers): the entry's plain forward with the weight and one product arranged.
+const tierkit::CastingMode& casting_mode_of(const std::string& op, const py::handle& name) {
+  std::string names;
+  const std::size_t n = std::size(tierkit::kCastingModes);
+  for (std::size_t i = 0; i < n; ++i)
+    names += std::string(i == 0       ? ""
+                         : i + 1 == n ? " or "
+                                      : ", ") +
+             '"' + tierkit::kCastingModes[i].name + '"';
+  if (!PyUnicode_Check(name.ptr()))
+    throw py::type_error(op + "casting_mode: expected a str (" + names + "), got " +
+                         std::string(py::str(py::type::handle_of(name).attr("__name__"))));
+  const std::string s = name.cast<std::string>();
+  for (const tierkit::CastingMode& m : tierkit::kCastingModes)
+    if (s == m.name) return m;
+  throw py::value_error(op + "casting_mode: expected " + names + ", got " + std::string(py::repr(name)));
+}
+
+// torch.result_type of two float dtypes (f16 with bf16: float32).
+tierkit::DType promote(tierkit::DType a, tierkit::DType b) {
+  using tierkit::DType;
+  if (a == b) return a;
+  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+  return DType::Float32;
+}
+
+// dst[k] = src[k] + offset, in dst's compute type: torch's `w + offset`
+// where dst has w's dtype, Gemma's `w.float() + offset` where it is wider.
+void offset_into(const tierkit::TensorView& src, double offset, const tierkit::TensorView& dst) {
+  tierkit::dispatch_accepted(src.dtype(), "weight", [&](auto s) {
+    using S = decltype(s);
+    tierkit::dispatch_accepted(dst.dtype(), "weight", [&](auto t) {
+      using D = decltype(t);
+      using C = tierkit::compute_t<D>;
+      const S* in = static_cast<const S*>(src.data());
+      D* out = static_cast<D*>(dst.data());
+      for (std::int64_t k = 0; k < src.numel(); ++k)
+        out[k] = static_cast<D>(static_cast<C>(static_cast<tierkit::compute_t<S>>(in[k])) +
+                                static_cast<C>(offset));
+    });
+  });
+}
+
+// out[r, j] = w[j] * y[r, j] in out's compute type (torch's `w * y`), all
+// C-contiguous; y and w of out's dtype or narrower (exactly widened).
+void scale_columns_into(const tierkit::TensorView& y, const tierkit::TensorView& w,
+                        const tierkit::TensorView& out) {
+  const std::int64_t d = w.numel(), n = y.numel();
+  tierkit::dispatch_accepted(y.dtype(), "x", [&](auto ty) {
+    using Y = decltype(ty);
+    tierkit::dispatch_accepted(w.dtype(), "weight", [&](auto tw) {
+      using W = decltype(tw);
+      tierkit::dispatch_accepted(out.dtype(), "out", [&](auto to) {
+        using O = decltype(to);
+        using C = tierkit::compute_t<O>;
+        const Y* py = static_cast<const Y*>(y.data());
+        const W* pw = static_cast<const W*>(w.data());
+        O* po = static_cast<O*>(out.data());
+        py::gil_scoped_release nogil;
+        std::vector<C> wc(static_cast<std::size_t>(d));
+        for (std::int64_t j = 0; j < d; ++j)
+          wc[j] = static_cast<C>(static_cast<O>(static_cast<tierkit::compute_t<W>>(pw[j])));
+        for (std::int64_t r = 0; d > 0 && r < n / d; ++r)
+          for (std::int64_t j = 0; j < d; ++j)
+            po[r * d + j] = static_cast<O>(
+                wc[j] * static_cast<C>(static_cast<O>(static_cast<tierkit::compute_t<Y>>(py[r * d + j]))));
+      });
+    });
+  });
+}
+
 // y = the entry's forward of x (C-contiguous) with its parameters (each
 // null or C-contiguous of x's last dimension). Parameters of another float
 // dtype are computed as aten's norms compute them: in x's compute type
@@ -214,8 +292,10 @@ struct BridgeRows {
   static constexpr std::size_t P = Info::params.size();
   using Args = std::array<py::object, P>;
 
+  // `mode`: null for an entry without casting modes, else the call's, with its `offset`.
   static py::object call(py::object x_in, const Args& params_in, const py::handle& eps_in,
-                         const py::handle& out) {
+                         const py::handle& out, const tierkit::CastingMode* mode = nullptr,
+                         double offset = 0.0) {
     const std::string op = std::string(Info::name) + ": ";
     const py::object x = from_sequence(x_in);
     refuse_masked(op, x, "x");
@@ -262,6 +342,31 @@ struct BridgeRows {
       }
       params[i] = &views[i];
     }
+    // The casting mode's arrangement: the weight the kernel reads (w + offset
+    // in w's dtype, or in the compute type), and the one that multiplies
+    // x-hat rounded to x's dtype after (`after`, the result then in
+    // result_type(weight, x)).
+    std::optional<Buffer> arranged;
+    const tierkit::TensorView* after = nullptr;
+    if (mode && !params[0] && offset != 0.0)
+      throw py::value_error(
+          op + "offset: expected 0.0 without a weight (the offset is added to the weight), got " +
+          std::string(py::repr(py::float_(offset))));
+    if (mode && params[0]) {
+      if (mode->weight_in_compute || offset != 0.0) {
+        bool wide = vx.dtype() == tierkit::DType::Float64 || params[0]->dtype() == tierkit::DType::Float64;
+        const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
+        arranged = Buffer::empty(params[0]->shape(), mode->weight_in_compute ? c : params[0]->dtype(), false);
+        offset_into(*params[0], offset, arranged->view());
+        views[0] = arranged->view();
+      }
+      if (mode->rounds_normalized) {
+        after = &views[0];
+        params[0] = nullptr;
+      }
+    }
+    const tierkit::DType result_dtype = after ? promote(after->dtype(), vx.dtype()) : vx.dtype();
+
     // x as the kernel reads it: C-contiguous (a copy only when it is not).
     std::optional<Buffer> x_copy;
     tierkit::TensorView xc = vx;
@@ -269,19 +374,29 @@ struct BridgeRows {
       x_copy = contiguous_copy(vx);
       xc = x_copy->view();
     }
+    // The forward into a C-contiguous `y` of the result's dtype (then the product after, if any).
+    const auto forward = [&](const tierkit::TensorView& y) {
+      if (!after) return run_kernel<K, P>(xc, params, eps, y);
+      Buffer normalized = Buffer::empty(xc.shape(), xc.dtype(), false);
+      run_kernel<K, P>(xc, params, eps, normalized.view());
+      scale_columns_into(normalized.view(), *after, y);
+    };
 
     if (out.is_none()) {
-      py::object result = new_output_like(x, xc);
+      const Buffer like = Buffer::empty(xc.shape(), result_dtype, false);
+      py::object result =
+          result_dtype == xc.dtype() ? new_output_like(x, xc) : new_output_of_dtype(x, like.view());
       if (xc.numel() == 0) return result;
       const ArrayArg ar = ArrayArg::borrow(result, "out", true);
-      run_kernel<K, P>(xc, params, eps, ar.view());
+      forward(ar.view());
       return result;
     }
     const ArrayArg ao = import(op, out, "out", true);
     const tierkit::TensorView& vo = ao.view();
-    if (vo.dtype() != vx.dtype() || vo.shape() != vx.shape())
+    if (vo.dtype() != result_dtype || vo.shape() != vx.shape())
       throw py::value_error(op + "out: expected shape " + py_shape(vx.shape()) + " and dtype " +
-                            std::string(tierkit::dtype_name(vx.dtype())) + " (x's), got " +
+                            std::string(tierkit::dtype_name(result_dtype)) +
+                            (after ? " (the result's: result_type(weight, x))" : " (x's)") + ", got " +
                             py_shape(vo.shape()) + " and " + std::string(tierkit::dtype_name(vo.dtype())));
     try {
       tierkit::checks::writable_layout(vo);
@@ -293,10 +408,10 @@ struct BridgeRows {
     // from x or exactly x (each row is read before it is written); otherwise
     // computed apart, then copied in.
     if (vo.is_contiguous() && (!meet(vo, xc) || vo.data() == xc.data())) {
-      run_kernel<K, P>(xc, params, eps, vo);
+      forward(vo);
     } else {
-      Buffer tmp = Buffer::empty(xc.shape(), xc.dtype(), false);
-      run_kernel<K, P>(xc, params, eps, tmp.view());
+      Buffer tmp = Buffer::empty(xc.shape(), result_dtype, false);
+      forward(tmp.view());
       copy_elements(tmp.view(), vo);
     }
     note_written(py::reinterpret_borrow<py::object>(out));
@@ -324,8 +439,29 @@ struct BridgeRows {
            "``out`` (x's shape and dtype, any layout) and returns it. Masked arrays are refused.";
   }
 
+  static std::string casting_doc() {
+    return "\n\n``offset`` is added to the weight and ``casting_mode`` says where results round, as the "
+           "torch "
+           "ops' (tierkit_torch.rms_norm): \"aten\" (the weight in the compute type, one rounding), "
+           "\"llama\" "
+           "(x-hat rounded to x's dtype, then times the weight in result_type(weight, x)) or \"gemma\" "
+           "(offset + weight in the compute type).";
+  }
+
   static void bind(py::module_& m) {
-    if constexpr (P == 1) {
+    if constexpr (P == 1 && Info::casting) {
+      m.def(
+          Info::name,
+          [](py::object x, py::object p0, const py::object& eps, const py::object& out,
+             const py::object& offset, const py::object& casting_mode) {
+            const std::string op = std::string(Info::name) + ": ";
+            const tierkit::CastingMode& mode = casting_mode_of(op, casting_mode);
+            return call(std::move(x), Args{std::move(p0)}, eps, out, &mode, real_of(op, "offset", offset));
+          },
+          py::arg("x"), py::arg_v(Info::params[0], py::none(), "None"), eps_arg(), py::kw_only(),
+          py::arg_v("out", py::none(), "None"), py::arg_v("offset", 0.0), py::arg_v("casting_mode", "aten"),
+          (doc() + casting_doc()).c_str());
+    } else if constexpr (P == 1) {
       m.def(
           Info::name,
           [](py::object x, py::object p0, const py::object& eps, const py::object& out) {
@@ -335,6 +471,7 @@ struct BridgeRows {
           py::arg_v("out", py::none(), "None"), doc().c_str());
     } else {
       static_assert(P == 2, "a row reduction has one or two parameters (weight, bias)");
+      static_assert(!Info::casting, "casting modes are declared for weight-only norms");
       m.def(
           Info::name,
           [](py::object x, py::object p0, py::object p1, const py::object& eps, const py::object& out) {

@@ -30,6 +30,8 @@ def render(current: str) -> str:
         eps = "float | None = None" if row.eps is None else f"float = {row.eps!r}"
         args = ["x: _ArrayLike", *(f"{p}: _ArrayLike | None = None" for p in row.params), f"eps: {eps}", "*"]
         args.append("out: _ArrayLike | None = None")
+        if row.casting:
+            args += ["offset: float = 0.0", 'casting_mode: str = "aten"']
         lines.append(_signature(row.name, args))
     return rewrite_section(current, BEGIN, END, "".join(lines) + "\n")  # the blank line: ruff format's
 

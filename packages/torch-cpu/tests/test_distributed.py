@@ -185,11 +185,38 @@ def _rows_worker(rank):
                 ],
                 [[str(p) for p in g.placements] for g in grads[1:]],
             )
+    # The casting modes (composites over the plain op): the same placements.
+    from tierkit_core.op_table import CASTING_MODES
+    from tierkit_torch_common.casting_suite import FORMULAS
+
+    for entry in (e for e in ROW_REDUCTIONS if e.casting):
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(4, 6, 8, generator=gen)
+        w = 0.5 * torch.randn(8, generator=gen)
+        for mode in CASTING_MODES:
+            kw = {"offset": 1.0, "casting_mode": mode.name}
+            for placement in (Shard(0), Shard(1), Shard(2), Replicate()):
+                dx = distribute_tensor(x, mesh, [placement]).requires_grad_()
+                dw = distribute_tensor(w, mesh, [Replicate()]).requires_grad_()
+                y = getattr(ops, entry.name)(dx, dw, 1e-6, **kw)
+                xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+                want = FORMULAS[mode.name](xr, wr, 1e-6, 1.0)
+                grads = torch.autograd.grad(y.sum(), (dx, dw))
+                exact = torch.autograd.grad(want.sum(), (xr, wr))
+                out[f"{entry.name}.{mode.name} {placement}"] = (
+                    [str(p) for p in y.placements],
+                    bool(torch.allclose(y.full_tensor(), want, rtol=1e-5, atol=1e-6)),
+                    [
+                        bool(torch.allclose(g.full_tensor(), e, rtol=1e-4, atol=1e-5))
+                        for g, e in zip(grads, exact)
+                    ],
+                    [[str(p) for p in grads[1].placements]],
+                )
     return out
 
 
 def test_dtensor_row_reductions_shard_rows_without_communication():
-    from tierkit_core.op_table import ROW_REDUCTIONS
+    from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS
 
     per_rank = _run(_rows_worker)
     assert per_rank[0] == per_rank[1]
@@ -203,6 +230,10 @@ def test_dtensor_row_reductions_shard_rows_without_communication():
         assert results[f"{n} S(2)"][0] != ["S(2)"]
         # The parameters' gradients over sharded rows: partial sums, reduced only when read.
         assert all(g == ["P(sum)"] for g in results[f"{n} S(0)"][3]), results[f"{n} S(0)"]
+    modes = [f"{e.name}.{m.name}" for e in ROW_REDUCTIONS if e.casting for m in CASTING_MODES]
+    assert modes and all(f"{n} S(0)" in results for n in modes)
+    for n in modes:
+        assert results[f"{n} S(0)"][0] == ["S(0)"] and results[f"{n} S(1)"][0] == ["S(1)"], n
 
 
 # ---- DDP ---------------------------------------------------------------------------

@@ -41,11 +41,28 @@ inline constexpr const char* kRowReductionSchemas[] = {
     "rms_norm(Tensor x, Tensor? weight=None, float? eps=None) -> Tensor",
     "add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None) -> (Tensor, Tensor)",
     "add_rms_norm_(Tensor x, Tensor(a!) residual, Tensor? weight=None, float? eps=None) -> Tensor",
+    "rms_norm.casting(Tensor x, Tensor? weight=None, float? eps=None, *, float offset=0.0, str casting_mode=\"aten\") -> Tensor",
+    "add_rms_norm.casting(Tensor x, Tensor residual, Tensor? weight=None, float? eps=None, *, float offset=0.0, str casting_mode=\"aten\") -> (Tensor, Tensor)",
+    "add_rms_norm_.casting(Tensor x, Tensor(a!) residual, Tensor? weight=None, float? eps=None, *, float offset=0.0, str casting_mode=\"aten\") -> Tensor",
     "_rms_norm_forward(Tensor x, Tensor? weight, float eps) -> (Tensor, Tensor)",
     "_rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor stats) -> (Tensor, Tensor)",
     "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     "_layer_norm_forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)",
     "_layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor stats) -> (Tensor, Tensor, Tensor)",
+};
+
+// The casting modes of the entries with `casting` (op_table.CASTING_MODES):
+// where weight + offset is computed (in the weight's dtype, or in the compute
+// type) and whether x-hat is rounded to x's dtype before the weight multiplies.
+struct CastingMode {
+  const char* name;
+  bool weight_in_compute;
+  bool rounds_normalized;
+};
+inline constexpr CastingMode kCastingModes[] = {
+    {"aten", false, false},
+    {"llama", false, true},
+    {"gemma", true, false},
 };
 
 // X(name, Functor, parameters, stats): the row reductions. Functor: the row
@@ -264,6 +281,8 @@ struct rms_norm {
   static constexpr bool eps_optional = true;
   static constexpr double eps_default = 0.0;
   static constexpr bool fused_add = true;
+  // Takes offset and casting_mode (kCastingModes) in its .casting overloads.
+  static constexpr bool casting = true;
   // The value in the compute type (grad undefined) and input i's gradient
   // (0: x, then the parameters) from grad, over x, weight (1 when absent),
   // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.
@@ -310,6 +329,8 @@ struct layer_norm {
   static constexpr bool eps_optional = false;
   static constexpr double eps_default = 1e-05;
   static constexpr bool fused_add = false;
+  // Takes offset and casting_mode (kCastingModes) in its .casting overloads.
+  static constexpr bool casting = false;
   // The value in the compute type (grad undefined) and input i's gradient
   // (0: x, then the parameters) from grad, over x, weight (1 when absent),
   // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.

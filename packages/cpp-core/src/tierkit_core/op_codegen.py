@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from .op_table import OPS, OUT_WRITERS, ROW_REDUCTIONS, Op, RowReduction, find
+from .op_table import CASTING_MODES, OPS, OUT_WRITERS, ROW_REDUCTIONS, Op, RowReduction, find
 
 HEADER = Path(__file__).resolve().parents[2] / "include" / "tierkit" / "op_table.h"
 
@@ -136,6 +136,8 @@ struct {r.name} {{
   static constexpr bool eps_optional = {"true" if r.eps is None else "false"};
   static constexpr double eps_default = {eps};
   static constexpr bool fused_add = {"true" if r.fused_add else "false"};
+  // Takes offset and casting_mode (kCastingModes) in its .casting overloads.
+  static constexpr bool casting = {"true" if r.casting else "false"};
   // The value in the compute type (grad undefined) and input i's gradient
   // (0: x, then the parameters) from grad, over x, weight (1 when absent),
   // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.
@@ -205,7 +207,19 @@ inline constexpr const char* kOpSchemas[] = {{
 // The row reductions' overloads (each entry's op, fused forms and building
 // blocks), registered by both torch tiers beside the pointwise ones.
 inline constexpr const char* kRowReductionSchemas[] = {{
-{chr(10).join(f'    "{sc}",' for r in ROW_REDUCTIONS for sc in r.schemas)}
+{chr(10).join(f'    "{_c_text(sc)}",' for r in ROW_REDUCTIONS for sc in r.schemas)}
+}};
+
+// The casting modes of the entries with `casting` (op_table.CASTING_MODES):
+// where weight + offset is computed (in the weight's dtype, or in the compute
+// type) and whether x-hat is rounded to x's dtype before the weight multiplies.
+struct CastingMode {{
+  const char* name;
+  bool weight_in_compute;
+  bool rounds_normalized;
+}};
+inline constexpr CastingMode kCastingModes[] = {{
+{chr(10).join(f'    {{"{m.name}", {str(m.weight_in == "compute").lower()}, {str(m.rounds_normalized).lower()}}},' for m in CASTING_MODES)}
 }};
 
 // X(name, Functor, parameters, stats): the row reductions. Functor: the row

@@ -25,16 +25,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 __all__ = [
+    "CASTING_MODES",
     "FORMULA_FUNCTIONS",
     "OPS",
     "OUT_WRITERS",
     "ROW_REDUCTIONS",
+    "CastingMode",
     "Op",
     "OutWriter",
     "RowReduction",
     "find",
+    "find_casting",
     "find_row",
 ]
 
@@ -224,6 +228,48 @@ OUT_WRITERS: tuple[OutWriter, ...] = (
 
 
 @dataclass(frozen=True)
+class CastingMode:
+    """How a weighted norm rounds, by the conventions models were trained
+    with (Liger-Kernel's names). Each is the entry's op in aten's mode with
+    the weight and one product arranged: ``weight_in`` says where
+    ``weight + offset`` is computed ("weight": in the weight's dtype, as
+    ``weight + offset`` in torch; "compute": in the compute type,
+    ``weight.float() + offset``); ``rounds_normalized``: x-hat is rounded to
+    x's dtype first and the weight multiplies it after, the result in
+    ``torch.result_type(weight, x)``."""
+
+    name: str
+    weight_in: str
+    rounds_normalized: bool
+    doc: str
+
+
+CASTING_MODES: tuple[CastingMode, ...] = (
+    CastingMode(
+        name="aten",
+        weight_in="weight",
+        rounds_normalized=False,
+        doc="``F.rms_norm(x, (d,), weight + offset, eps)``: x-hat times the weight in the compute type, "
+        "rounded once to x's dtype",
+    ),
+    CastingMode(
+        name="llama",
+        weight_in="weight",
+        rounds_normalized=True,
+        doc="``(weight + offset) * x_hat.to(x.dtype)``, in ``torch.result_type(weight, x)``: Hugging Face's "
+        "Llama, Mistral, Qwen2/3 and Phi-3 norms",
+    ),
+    CastingMode(
+        name="gemma",
+        weight_in="compute",
+        rounds_normalized=False,
+        doc="``(x_hat * (offset + weight.float())).to(x.dtype)``: Hugging Face's Gemma 1/2/3 norms "
+        "(with ``offset=1``)",
+    ),
+)
+
+
+@dataclass(frozen=True)
 class RowReduction:
     """An op of the second kind: a reduction over the last dimension with
     per-column parameters and per-row state saved for backward (RMSNorm,
@@ -262,7 +308,12 @@ class RowReduction:
       are Partial sums, a batched parameter applies after the unweighted norm;
     * mixed dtypes: aten's norms' rule, the kind's: parameters of any float
       dtype; computed in float (double where x or a parameter is double);
-      output in x's dtype, each gradient in its input's.
+      output in x's dtype, each gradient in its input's;
+    * ``casting``: the public overloads also come as ``.casting`` overloads
+      with keyword arguments ``offset`` (added to the weight) and
+      ``casting_mode`` (one of ``CASTING_MODES``), each a composite of the
+      plain overload and torch's ops (one home: torch-common's ``casting``),
+      so every subsystem the plain op has, the modes have.
     """
 
     name: str
@@ -277,7 +328,10 @@ class RowReduction:
     eps: float | None = None
     fused_add: bool = False
     module: str = ""  # the torch.nn-style module tierkit_torch makes for it
+    casting: bool = False
     kind: str = "row_reduction"
+
+    CASTING_ARGS: ClassVar[str] = 'float offset=0.0, str casting_mode="aten"'
 
     @property
     def eps_arg(self) -> str:
@@ -319,6 +373,16 @@ class RowReduction:
         if self.fused_add:
             out.append(f"{self.add_name}(Tensor x, Tensor residual, {self._rest()}) -> (Tensor, Tensor)")
             out.append(f"{self.add_name}_(Tensor x, Tensor(a!) residual, {self._rest()}) -> Tensor")
+        if self.casting:
+            kw = f"*, {self.CASTING_ARGS}"
+            out.append(f"{self.name}.casting({self.args}, {kw}) -> Tensor")
+            if self.fused_add:
+                out.append(
+                    f"{self.add_name}.casting(Tensor x, Tensor residual, {self._rest()}, {kw}) -> (Tensor, Tensor)"
+                )
+                out.append(
+                    f"{self.add_name}_.casting(Tensor x, Tensor(a!) residual, {self._rest()}, {kw}) -> Tensor"
+                )
         out.append(f"{self.forward_name}(Tensor x, {params}, float eps) -> (Tensor, Tensor)")
         out.append(f"{self.backward_name}(Tensor grad, Tensor x, {params}, Tensor stats) -> ({grads})")
         return tuple(out)
@@ -348,6 +412,7 @@ ROW_REDUCTIONS: tuple[RowReduction, ...] = (
         normalized="x * rstd",
         fused_add=True,
         module="RMSNorm",
+        casting=True,
     ),
     RowReduction(
         name="layer_norm",
@@ -372,6 +437,13 @@ ROW_REDUCTIONS: tuple[RowReduction, ...] = (
         module="LayerNorm",
     ),
 )
+
+
+def find_casting(name: str) -> CastingMode:
+    for mode in CASTING_MODES:
+        if mode.name == name:
+            return mode
+    raise KeyError(f"tierkit op table: no casting mode named {name!r}")
 
 
 def find_row(name: str) -> RowReduction:

@@ -73,6 +73,8 @@ def rms_norm(
     eps: float | None = None,
     *,
     out: _ArrayLike | None = None,
+    offset: float = 0.0,
+    casting_mode: str = "aten",
 ) -> Any: ...
 def layer_norm(
     x: _ArrayLike,

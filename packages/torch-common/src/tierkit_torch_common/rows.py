@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
+from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS, RowReduction
 from tierkit_core.op_testing import evaluate_row, row_names
 
 from .fake import _bound_on_first_call
@@ -207,6 +207,20 @@ def {name}({params}):
     return overload({args})
 """
 
+# An entry with casting modes: the plain overload unless a mode or an offset is asked for.
+_CASTING_FACE = """\
+def {name}({params}, *, offset=0.0, casting_mode="aten"):
+    if casting_mode == "aten" and offset == 0.0:
+        return overload({args})
+    return casting({args}, offset=offset, casting_mode=casting_mode)
+"""
+
+_CASTING_RULES = """
+
+``offset`` (added to the weight) and ``casting_mode`` say how the weight
+applies and where results round, by the convention a model was trained with:
+{modes}."""
+
 _KIND_RULES = """
 
 Over the last dimension. ``eps`` defaults to {eps}. 16-bit inputs are
@@ -253,10 +267,15 @@ def row_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
                 )
             )
         for name, lead, doc in overloads:
-            source = _FACE.format(name=name, params=f"{lead}, {params}", args=f"{lead}, {names}")
+            template = _CASTING_FACE if entry.casting else _FACE
+            source = template.format(name=name, params=f"{lead}, {params}", args=f"{lead}, {names}")
             scope: dict[str, Any] = {}
             # Bound on first call: the JIT build loads the library after import.
             scope["overload"] = _bound_on_first_call(scope, "overload", ops, name, "default")
+            if entry.casting:
+                scope["casting"] = _bound_on_first_call(scope, "casting", ops, name, "casting")
+                modes = "; ".join(f'``"{m.name}"``: {m.doc}' for m in CASTING_MODES)
+                doc += _CASTING_RULES.format(modes=modes)
             exec(compile(source, f"<tierkit op table: {name}>", "exec"), scope)
             face = scope[name]
             face.__doc__ = doc

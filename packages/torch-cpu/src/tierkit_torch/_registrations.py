@@ -1,5 +1,6 @@
 """Python-side registrations for the tierkit ops: fake (meta) kernels, vmap
-rules (_vmap.py) and DTensor sharding (_sharding.py).
+rules (_vmap.py), DTensor sharding (_sharding.py) and the norms' casting
+modes (torch-common's casting: composites over the plain ops).
 
 The fake kernels are core's generic ones (tierkit_torch_common.fake, shared with
 torch-stable), registered against the schemas the C++ library defined: the
@@ -13,23 +14,27 @@ measurable.
 from __future__ import annotations
 
 import torch
+from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
 from tierkit_torch_common.rows import register_row_fakes
 
 from . import _rows, _sharding, _vmap
 
 _registered = False
+_lib: torch.library.Library | None = None  # the casting composites' registrations live as long as it
 
 
 def register() -> None:
     """Register the fake kernels, vmap rules and DTensor sharding (once per process)."""
-    global _registered
+    global _registered, _lib
     if _registered:
         return
     # The accepted dtypes come from core's dtype table, through the C++ library.
     accepted = list(torch.ops.tierkit._accepted_dtypes())
     register_fake_kernels(torch, "tierkit", accepted)
     register_row_fakes(torch, "tierkit", accepted)
+    _lib = torch.library.Library("tierkit", "IMPL")
+    register_row_casting(torch, "tierkit", accepted, _lib)
     _vmap.register()
     _rows.register_vmap()
     _sharding.install()

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
+from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS, RowReduction
 
 from ._rows import FACES
 
@@ -38,16 +38,24 @@ def _one_dim(module: str, normalized_shape: Any) -> tuple[int]:
     return (shape[0],)
 
 
+def _check_mode(module: str, casting_mode: Any) -> None:
+    names = [m.name for m in CASTING_MODES]
+    if casting_mode not in names:
+        raise ValueError(
+            f"tierkit_torch.{module}: casting_mode: expected one of {names}, got {casting_mode!r}"
+        )
+
+
 _MODULE = """\
 class {module}(torch.nn.Module):
-    __constants__ = ["normalized_shape", "eps", "elementwise_affine"]
+    __constants__ = ["normalized_shape", "eps", "elementwise_affine"{casting_constants}]
 
-    def __init__(self, normalized_shape, eps={eps}, elementwise_affine=True,{bias_arg} device=None, dtype=None):
+    def __init__(self, normalized_shape, eps={eps}, elementwise_affine=True,{bias_arg} device=None, dtype=None{casting_arg}):
         super().__init__()
         self.normalized_shape = _one_dim("{module}", normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-{params}        self.reset_parameters()
+{casting_init}{params}        self.reset_parameters()
 
     def reset_parameters(self):
 {resets}        pass
@@ -61,11 +69,11 @@ class {module}(torch.nn.Module):
         if torch.jit.is_scripting():
             # TorchScript (deprecated in torch, still used for old deployments)
             # calls the operator itself; the typed face is Python.
-            return torch.ops.tierkit.{name}(x, {args}, self.eps)
-        return face(x, {args}, self.eps)
+            return torch.ops.tierkit.{name}(x, {args}, self.eps{casting_call})
+        return face(x, {args}, self.eps{casting_call})
 
     def extra_repr(self):
-        return "{{normalized_shape}}, eps={{eps}}, elementwise_affine={{elementwise_affine}}".format(**self.__dict__)
+        return "{{normalized_shape}}, eps={{eps}}, elementwise_affine={{elementwise_affine}}{casting_repr}".format(**self.__dict__)
 """
 
 
@@ -81,9 +89,19 @@ def _module(entry: RowReduction) -> type:
             f"        else:\n"
             f'            self.register_parameter("{p}", None)\n'
         )
+    # The weight starts where the module is the plain norm: 1, or 1 - offset
+    # with an offset (Gemma's zeros with offset 1).
     resets = "".join(
-        f"        if self.{p} is not None:\n            torch.nn.init.{'zeros_' if p == 'bias' else 'ones_'}"
-        f"(self.{p})\n"
+        f"        if self.{p} is not None:\n            "
+        + (
+            f"torch.nn.init.zeros_(self.{p})\n"
+            if p == "bias"
+            else (
+                f"torch.nn.init.constant_(self.{p}, 1.0 - self.offset)\n"
+                if entry.casting
+                else f"torch.nn.init.ones_(self.{p})\n"
+            )
+        )
         for p in entry.params
     )
     source = _MODULE.format(
@@ -94,6 +112,16 @@ def _module(entry: RowReduction) -> type:
         params="".join(lines),
         resets=resets,
         args=", ".join(f"self.{p}" for p in entry.params),
+        casting_constants=', "offset", "casting_mode"' if entry.casting else "",
+        casting_arg=', offset=0.0, casting_mode="aten"' if entry.casting else "",
+        casting_init=(
+            "        self.offset = float(offset)\n        self.casting_mode = casting_mode\n"
+            '        _check_mode("' + entry.module + '", casting_mode)\n'
+            if entry.casting
+            else ""
+        ),
+        casting_call=", offset=self.offset, casting_mode=self.casting_mode" if entry.casting else "",
+        casting_repr=", offset={offset}, casting_mode={casting_mode}" if entry.casting else "",
     )
     filename = f"<tierkit_torch.nn: {entry.module}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
@@ -101,6 +129,7 @@ def _module(entry: RowReduction) -> type:
         "torch": torch,
         "Tensor": torch.Tensor,
         "_one_dim": _one_dim,
+        "_check_mode": _check_mode,
         "face": FACES[entry.name],
         "__name__": __name__,
     }
@@ -116,6 +145,14 @@ def _module(entry: RowReduction) -> type:
         f"an input of another float dtype is computed as ``torch.nn.{entry.module}`` computes it (float32 "
         "parameters under bfloat16 autocast: in float32, the output in the input's dtype). "
         f"``torch.jit.script`` compiles it, as ``torch.nn.{entry.module}``."
+        + (
+            " ``offset`` and ``casting_mode`` are the operator's (see its doc): a Hugging Face model's norm is "
+            '``offset=0.0, casting_mode="llama"`` (Llama, Mistral, Qwen2/3, Phi-3) or ``offset=1.0, '
+            'casting_mode="gemma"`` (Gemma 1/2/3); the weight starts at ``1 - offset``, where the module is '
+            "the plain norm."
+            if entry.casting
+            else ""
+        )
     )
     cls.__module__ = "tierkit_torch.nn"
     return cls

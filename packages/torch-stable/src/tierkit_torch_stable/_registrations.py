@@ -1,10 +1,12 @@
 """Everything the stable C++ API cannot register: the fake kernels (core's,
-generic over the namespace, shared with tierkit-torch), autograd, and the
-.out overloads' composite form for torch.compile."""
+generic over the namespace, shared with tierkit-torch), autograd, the
+.out overloads' composite form for torch.compile, and the norms' casting
+modes (torch-common's composites over the plain ops)."""
 
 from __future__ import annotations
 
 import torch
+from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
 from tierkit_torch_common.rows import register_row_fakes
 
@@ -23,6 +25,7 @@ def register() -> None:
     accepted = list(torch.ops.tierkit_stable._accepted_dtypes())
     register_fake_kernels(torch, "tierkit_stable", accepted, lib=_lib)
     register_row_fakes(torch, "tierkit_stable", accepted)
+    register_row_casting(torch, "tierkit_stable", accepted, _lib)
     _autograd.register(_lib)
     _rows.register(_lib)
     _composite.register(_lib)
