@@ -21,12 +21,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from tierkit_core.op_table import CASTING_MODES, OPS, ROW_REDUCTIONS, Op, RowReduction
+from tierkit_core.op_table import CASTING_MODES, OPS, ROW_MAPS, ROW_REDUCTIONS, Op, RowMap, RowReduction
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-Entry = Op | RowReduction
+Entry = Op | RowReduction | RowMap
 
 
 def every(op: Entry) -> bool:
@@ -67,6 +67,7 @@ class Aspect:
     also: tuple[str, ...] = ()
     bridge_names: bool | None = None  # None: as the suite does
     rows: bool = False  # the row reductions' test (ROW_REDUCTIONS), not the pointwise entries'
+    maps: bool = False  # the row maps' test (ROW_MAPS)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,25 @@ def rows(
 ) -> Aspect:
     return Aspect(what, file, test, applies, also, rows=True)
 
+
+def maps(what: str, file: str, test: str) -> Aspect:
+    return Aspect(what, file, test, maps=True)
+
+
+# The shared map suite (tierkit_torch_common.map_suite), as each torch tier collects it.
+MAP_SUITE = tuple(
+    maps(f"maps: {what}", "tests/test_row_maps.py", test)
+    for what, test in (
+        ("values per dtype and layout", "test_map_matches_eager"),
+        ("mixed dtypes", "test_map_mixed_dtypes_promote"),
+        ("autograd, both modes", "test_map_gradcheck_gradgradcheck_and_forward_ad"),
+        ("gradient accuracy", "test_map_gradients_as_accurate_as_eager"),
+        ("vmap", "test_map_vmap_without_fallback"),
+        ("compile", "test_map_compile_fullgraph_dynamic_forward_and_backward"),
+        ("opcheck", "test_map_opcheck"),
+        ("errors", "test_map_errors_name_the_argument"),
+    )
+)
 
 # The shared row suite (tierkit_torch_common.row_suite), as each torch tier collects it.
 ROW_SUITE = (
@@ -255,6 +275,7 @@ SUITES = {
             ),
             *ROW_SUITE,
             *CASTING_SUITE,
+            *MAP_SUITE,
         ),
         needs="tierkit_torch_stable",
     ),
@@ -339,6 +360,19 @@ SUITES = {
                 "test_float32_parameters_with_bfloat16_input_match_the_cpu",
             ),
             rows("rows: compile", "tests/test_gpu_rows.py", "test_compile_fullgraph_dynamic"),
+            maps(
+                "maps: values and gradients",
+                "tests/test_gpu_row_maps.py",
+                "test_map_matches_the_cpu_and_the_models_code",
+            ),
+            maps("maps: compile", "tests/test_gpu_row_maps.py", "test_map_compile_fullgraph_dynamic"),
+            rows(
+                "casting: the CPU's",
+                "tests/test_gpu_row_maps.py",
+                "test_casting_modes_match_the_cpu",
+                casting,
+                MODES,
+            ),
         ),
         needs="tierkit_cuda",  # the GPU tests are collected (and skipped) without a GPU
     ),
@@ -371,7 +405,7 @@ def parameters(node: str) -> set[str]:
 
 
 def name_in(suite: str, aspect: Aspect, op: Entry) -> str:
-    if isinstance(op, RowReduction):
+    if isinstance(op, (RowReduction, RowMap)):
         return op.name  # one name in every tier
     bridge = SUITES[suite].bridge_names if aspect.bridge_names is None else aspect.bridge_names
     return op.bridge if bridge else op.name
@@ -383,7 +417,7 @@ def missing_cases(suite: str) -> list[str]:
     nodes = collected(spec.directory, tuple(sorted({a.file for a in spec.aspects})))
     gaps = []
     for aspect in spec.aspects:
-        table: tuple[Entry, ...] = ROW_REDUCTIONS if aspect.rows else OPS
+        table: tuple[Entry, ...] = ROW_MAPS if aspect.maps else ROW_REDUCTIONS if aspect.rows else OPS
         for op in filter(aspect.applies, table):
             name = name_in(suite, aspect, op)
             test = aspect.test.format(op=name)

@@ -95,6 +95,8 @@ setup(
                     "csrc/kernels.cu",
                     "csrc/row_ops.cpp",
                     "csrc/row_kernels.cu",
+                    "csrc/map_ops.cpp",
+                    "csrc/map_kernels.cu",
                 ],
                 include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
                 # No FMA contraction anywhere: results must be bit-identical to

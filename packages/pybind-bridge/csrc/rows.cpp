@@ -25,6 +25,7 @@
 #include "tierkit/checks.h"
 #include "tierkit/op_table.h"
 #include "tierkit/row_functors.h"
+#include "tierkit/row_maps.h"
 
 namespace tierkit_bridge {
 namespace {
@@ -180,14 +181,6 @@ const tierkit::CastingMode& casting_mode_of(const std::string& op, const py::han
   for (const tierkit::CastingMode& m : tierkit::kCastingModes)
     if (s == m.name) return m;
   throw py::value_error(op + "casting_mode: expected " + names + ", got " + std::string(py::repr(name)));
-}
-
-// torch.result_type of two float dtypes (f16 with bf16: float32).
-tierkit::DType promote(tierkit::DType a, tierkit::DType b) {
-  using tierkit::DType;
-  if (a == b) return a;
-  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
-  return DType::Float32;
 }
 
 // dst[k] = src[k] + offset, in dst's compute type: torch's `w + offset`
@@ -365,7 +358,8 @@ struct BridgeRows {
         params[0] = nullptr;
       }
     }
-    const tierkit::DType result_dtype = after ? promote(after->dtype(), vx.dtype()) : vx.dtype();
+    const tierkit::DType result_dtype =
+        after ? tierkit::promote_floating(after->dtype(), vx.dtype()) : vx.dtype();
 
     // x as the kernel reads it: C-contiguous (a copy only when it is not).
     std::optional<Buffer> x_copy;
@@ -484,6 +478,165 @@ struct BridgeRows {
   }
 };
 
+// The row maps (TIERKIT_ROW_MAPS: rotary embeddings): name(x, cos, sin,
+// interleaved=False, *, out=None), computed in the promotion of the inputs'
+// dtypes (np.result_type), the tables broadcast against x[..., :r].
+template <typename Info, typename K>
+struct BridgeMap {
+  static constexpr std::size_t N = K::kTables;
+
+  // v C-contiguous in `dtype` (a copy only where it is not already).
+  static tierkit::TensorView as_kernel_reads(const tierkit::TensorView& v, tierkit::DType dtype,
+                                             std::optional<Buffer>& held) {
+    tierkit::TensorView c = v;
+    if (!v.is_contiguous()) {
+      held = contiguous_copy(v);
+      c = held->view();
+    }
+    if (c.dtype() == dtype) return c;
+    std::optional<Buffer> conv = converted(c, dtype);
+    held = std::move(conv);
+    return held->view();
+  }
+
+  static py::object call(py::object x_in, py::object cos_in, py::object sin_in, bool interleaved,
+                         const py::handle& out) {
+    const std::string op = std::string(Info::name) + ": ";
+    const py::object x = from_sequence(x_in);
+    const std::array<py::object, N> table_objs = {from_sequence(cos_in), from_sequence(sin_in)};
+    refuse_masked(op, x, "x");
+    refuse_masked(op, out, "out");
+    for (std::size_t i = 0; i < N; ++i) refuse_masked(op, table_objs[i], Info::tables[i]);
+    const ArrayArg ax = import(op, x, "x", false);
+    const tierkit::TensorView& vx = ax.view();
+    if (!tierkit::is_accepted(vx.dtype()))
+      throw py::type_error(op + "x: expected dtype " + tierkit::accepted_dtype_names() + ", got " +
+                           std::string(tierkit::dtype_name(vx.dtype())));
+    if (vx.rank() < 1)
+      throw py::value_error(op + "x: expected an array with at least one dimension, got a 0-d one");
+    std::array<std::optional<ArrayArg>, N> args;
+    tierkit::DType dtype = vx.dtype();
+    for (std::size_t i = 0; i < N; ++i) {
+      const char* name = Info::tables[i];
+      args[i] = import(op, table_objs[i], name, false);
+      const tierkit::TensorView& t = args[i]->view();
+      if (!tierkit::is_accepted(t.dtype()))
+        throw py::type_error(op + name + ": expected dtype " + tierkit::accepted_dtype_names() + ", got " +
+                             std::string(tierkit::dtype_name(t.dtype())));
+      if (t.rank() < 1)
+        throw py::value_error(
+            op + name +
+            ": expected an array with at least one dimension (its last is the rotary width r), "
+            "got a 0-d one");
+      dtype = tierkit::promote_floating(dtype, t.dtype());
+    }
+    const std::int64_t d = vx.shape()[vx.rank() - 1];
+    const tierkit::TensorView& c0 = args[0]->view();
+    const std::int64_t r = c0.shape()[c0.rank() - 1];
+    if (r % 2 != 0 || r > d)
+      throw py::value_error(op + Info::tables[0] + ": expected a rotary width r = " + Info::tables[0] +
+                            ".shape[-1] that is " + Info::width_rule + " (" + std::to_string(d) + "), got " +
+                            std::to_string(r));
+    for (std::size_t i = 0; i < N; ++i) {
+      const tierkit::TensorView& t = args[i]->view();
+      const char* name = Info::tables[i];
+      if (t.shape()[t.rank() - 1] != r)
+        throw py::value_error(op + name + ": expected a last dimension of " + std::to_string(r) +
+                              " (the rotary width, " + Info::tables[0] + "'s), got " +
+                              std::to_string(t.shape()[t.rank() - 1]));
+      bool ok = t.rank() <= vx.rank();
+      for (int k = 2; ok && k <= t.rank(); ++k) {
+        const std::int64_t sz = t.shape()[t.rank() - k];
+        ok = sz == 1 || sz == vx.shape()[vx.rank() - k];
+      }
+      if (!ok) {
+        tierkit::Shape want = vx.shape();
+        want[want.rank() - 1] = r;
+        throw py::value_error(op + name + ": shape " + py_shape(t.shape()) +
+                              " does not broadcast against x[..., :" + std::to_string(r) + "] of shape " +
+                              py_shape(want));
+      }
+    }
+    // As the kernel reads them: C-contiguous, in the promoted dtype.
+    std::optional<Buffer> x_held;
+    std::array<std::optional<Buffer>, N> held;
+    const tierkit::TensorView xc = as_kernel_reads(vx, dtype, x_held);
+    std::array<tierkit::TensorView, N> tables;
+    for (std::size_t i = 0; i < N; ++i) tables[i] = as_kernel_reads(args[i]->view(), dtype, held[i]);
+    tierkit::kernels::RowTables<N> layout;
+    layout.rank = xc.rank() - 1;
+    for (int k = 0; k < layout.rank; ++k) layout.shape[k] = xc.shape()[k];
+    for (std::size_t i = 0; i < N; ++i) {
+      const tierkit::TensorView& t = tables[i];
+      const int skip = layout.rank - (t.rank() - 1);
+      for (int k = 0; k < layout.rank; ++k)
+        layout.strides[i][k] = (k < skip || t.shape()[k - skip] == 1) ? 0 : t.strides()[k - skip];
+    }
+    const std::int64_t rows = d == 0 ? 0 : xc.numel() / d;
+    const auto run = [&](const tierkit::TensorView& y) {
+      tierkit::dispatch_accepted(dtype, "x", [&](auto tag) {
+        using T = decltype(tag);
+        const T* ptrs[N] = {static_cast<const T*>(tables[0].data()), static_cast<const T*>(tables[1].data())};
+        py::gil_scoped_release nogil;
+        tierkit::kernels::row_map<K>(static_cast<const T*>(xc.data()), ptrs, layout, rows, d, r, interleaved,
+                                     false, static_cast<T*>(y.data()),
+                                     tierkit::kernels::PoolRunner{max_threads()});
+      });
+    };
+    if (out.is_none()) {
+      const Buffer like = Buffer::empty(xc.shape(), dtype, false);
+      py::object result = dtype == vx.dtype() ? new_output_like(x, xc) : new_output_of_dtype(x, like.view());
+      if (xc.numel() == 0) return result;
+      const ArrayArg ar = ArrayArg::borrow(result, "out", true);
+      run(ar.view());
+      return result;
+    }
+    const ArrayArg ao = import(op, out, "out", true);
+    const tierkit::TensorView& vo = ao.view();
+    if (vo.dtype() != dtype || vo.shape() != vx.shape())
+      throw py::value_error(op + "out: expected shape " + py_shape(vx.shape()) + " and dtype " +
+                            std::string(tierkit::dtype_name(dtype)) + " (the inputs' promotion), got " +
+                            py_shape(vo.shape()) + " and " + std::string(tierkit::dtype_name(vo.dtype())));
+    try {
+      tierkit::checks::writable_layout(vo);
+    } catch (const tierkit::InvalidArgument& e) {
+      throw py::value_error(op + e.what());
+    }
+    if (xc.numel() == 0) return py::reinterpret_borrow<py::object>(out);
+    bool apart = vo.is_contiguous() && (!meet(vo, xc) || vo.data() == xc.data());
+    for (const tierkit::TensorView& t : tables) apart = apart && !meet(vo, t);
+    if (apart) {
+      run(vo);
+    } else {
+      Buffer tmp = Buffer::empty(xc.shape(), dtype, false);
+      run(tmp.view());
+      copy_elements(tmp.view(), vo);
+    }
+    note_written(py::reinterpret_borrow<py::object>(out));
+    return py::reinterpret_borrow<py::object>(out);
+  }
+
+  static void bind(py::module_& m) {
+    static const std::string doc =
+        std::string(Info::doc) +
+        ".\n\nr = cos.shape[-1] must be even and at most x.shape[-1]; cos and sin have r columns and "
+        "broadcast "
+        "against x[..., :r] (numpy's rules, never enlarging x). ``interleaved``: GPT-J's pairs (2i, 2i + 1) "
+        "instead of NeoX's halves (rotate_half). Computed in the promotion of the inputs' dtypes "
+        "(np.result_type; "
+        "16-bit in float32, rounded once). Returns a new array presented like ``x``, or writes into ``out`` "
+        "(x's "
+        "shape, the result's dtype, any layout) and returns it. Masked arrays are refused.";
+    m.def(
+        Info::name,
+        [](py::object x, py::object cos, py::object sin, bool interleaved, const py::object& out) {
+          return call(std::move(x), std::move(cos), std::move(sin), interleaved, out);
+        },
+        py::arg("x"), py::arg(Info::tables[0]), py::arg(Info::tables[1]), py::arg("interleaved") = false,
+        py::kw_only(), py::arg_v("out", py::none(), "None"), doc.c_str());
+  }
+};
+
 }  // namespace
 
 void bind_rows(py::module_& m) {
@@ -491,6 +644,10 @@ void bind_rows(py::module_& m) {
   BridgeRows<tierkit::row_info::name, tierkit::kernels::Functor>::bind(m);
   TIERKIT_ROW_REDUCTIONS(TIERKIT_BRIDGE_ROWS)
 #undef TIERKIT_BRIDGE_ROWS
+#define TIERKIT_BRIDGE_MAPS(name, Functor, TABLES) \
+  BridgeMap<tierkit::map_info::name, tierkit::kernels::Functor>::bind(m);
+  TIERKIT_ROW_MAPS(TIERKIT_BRIDGE_MAPS)
+#undef TIERKIT_BRIDGE_MAPS
 }
 
 }  // namespace tierkit_bridge

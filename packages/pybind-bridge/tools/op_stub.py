@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tierkit_core.op_codegen import generator_main, rewrite_section
-from tierkit_core.op_table import OPS, ROW_REDUCTIONS
+from tierkit_core.op_table import OPS, ROW_MAPS, ROW_REDUCTIONS
 
 STUB = Path(__file__).resolve().parents[1] / "src" / "tierkit_bridge" / "_bridge.pyi"
 COMMAND = "python packages/pybind-bridge/tools/op_stub.py"
@@ -33,6 +33,13 @@ def render(current: str) -> str:
         if row.casting:
             args += ["offset: float = 0.0", 'casting_mode: str = "aten"']
         lines.append(_signature(row.name, args))
+    for m in ROW_MAPS:
+        args = [
+            "x: _ArrayLike",
+            *(f"{t}: _ArrayLike" for t in m.tables),
+            *(f"{f}: bool = {d!r}" for f, d in m.flags),
+        ]
+        lines.append(_signature(m.name, [*args, "*", "out: _ArrayLike | None = None"]))
     return rewrite_section(current, BEGIN, END, "".join(lines) + "\n")  # the blank line: ruff format's
 
 

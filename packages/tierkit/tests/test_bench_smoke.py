@@ -20,6 +20,7 @@ SECTIONS = {
     "stable_abi",
     "silu",
     "rows",
+    "maps",
     "percall",
     "entries",
 }
@@ -45,7 +46,7 @@ def quick_run(tmp_path_factory):
 def test_progress_is_reported(quick_run):
     _, proc = quick_run
     assert (
-        "(1/13) stream" in proc.stderr and "(12/13) rows" in proc.stderr and "(13/13) entries" in proc.stderr
+        "(1/14) stream" in proc.stderr and "(12/14) rows" in proc.stderr and "(14/14) entries" in proc.stderr
     )
 
 

@@ -12,5 +12,6 @@
 TORCH_LIBRARY(tierkit, m) {
   for (const char* schema : tierkit::kOpSchemas) m.def(schema);
   for (const char* schema : tierkit::kRowReductionSchemas) m.def(schema);
+  for (const char* schema : tierkit::kRowMapSchemas) m.def(schema);
   m.impl("_accepted_dtypes", &tierkit::accepted_dtype_list);  // a catch-all kernel: no tensor to dispatch on
 }

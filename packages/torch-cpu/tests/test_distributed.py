@@ -185,6 +185,28 @@ def _rows_worker(rank):
                 ],
                 [[str(p) for p in g.placements] for g in grads[1:]],
             )
+    # The row maps (rotary embeddings): shards of any dim but the last keep their placement.
+    from tierkit_core.op_table import ROW_MAPS
+    from tierkit_torch_common.map_suite import eager, rope_tables
+
+    for entry in ROW_MAPS:
+        gen = torch.Generator().manual_seed(0)
+        q = torch.randn(2, 4, 6, 8, generator=gen)  # [batch, heads, seq, head_dim]
+        cos, sin = (t.reshape(1, 1, 6, 8) for t in rope_tables(6, 8, torch.float32))
+        for placement in (Shard(0), Shard(1), Shard(2), Shard(3), Replicate()):
+            dq = distribute_tensor(q, mesh, [placement]).requires_grad_()
+            dc, ds = (distribute_tensor(t, mesh, [Replicate()]) for t in (cos, sin))
+            y = getattr(ops, entry.name)(dq, dc, ds, False)
+            (g,) = torch.autograd.grad(y.sum(), (dq,))
+            qr = q.clone().requires_grad_()
+            want = eager(qr, cos, sin)
+            (exact,) = torch.autograd.grad(want.sum(), (qr,))
+            out[f"{entry.name} {placement}"] = (
+                [str(p) for p in y.placements],
+                bool(torch.allclose(y.full_tensor(), want, rtol=1e-6, atol=1e-6)),
+                [bool(torch.allclose(g.full_tensor(), exact, rtol=1e-6, atol=1e-6))],
+                [[str(p) for p in g.placements]],
+            )
     # The casting modes (composites over the plain op): the same placements.
     from tierkit_core.op_table import CASTING_MODES
     from tierkit_torch_common.casting_suite import FORMULAS
@@ -216,20 +238,25 @@ def _rows_worker(rank):
 
 
 def test_dtensor_row_reductions_shard_rows_without_communication():
-    from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS
+    from tierkit_core.op_table import CASTING_MODES, ROW_MAPS, ROW_REDUCTIONS
 
     per_rank = _run(_rows_worker)
     assert per_rank[0] == per_rank[1]
     results = per_rank[0]
     for case, (_, values, grads, _) in results.items():
         assert values and all(grads), (case, results[case])
-    for entry in ROW_REDUCTIONS:
+    for entry in (e for e in ROW_REDUCTIONS if f"{e.name} S(0)" in results):
         n = entry.name
         # A batch dim keeps its shard; the normalised dim is made whole first.
         assert results[f"{n} S(0)"][0] == ["S(0)"] and results[f"{n} S(1)"][0] == ["S(1)"]
         assert results[f"{n} S(2)"][0] != ["S(2)"]
         # The parameters' gradients over sharded rows: partial sums, reduced only when read.
         assert all(g == ["P(sum)"] for g in results[f"{n} S(0)"][3]), results[f"{n} S(0)"]
+    for entry in ROW_MAPS:  # the rotary maps: a leading dim's shard kept (values and gradients checked above)
+        for k in range(3):
+            case = results[f"{entry.name} S({k})"]
+            assert case[0] == [f"S({k})"], case
+        assert results[f"{entry.name} S(3)"][0] != ["S(3)"]
     modes = [f"{e.name}.{m.name}" for e in ROW_REDUCTIONS if e.casting for m in CASTING_MODES]
     assert modes and all(f"{n} S(0)" in results for n in modes)
     for n in modes:

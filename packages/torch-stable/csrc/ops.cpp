@@ -96,6 +96,7 @@ TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
 STABLE_TORCH_LIBRARY(tierkit_stable, m) {
   for (const char* schema : tierkit::kOpSchemas) m.def(schema);
   for (const char* schema : tierkit::kRowReductionSchemas) m.def(schema);  // kernels: rows.cpp
+  for (const char* schema : tierkit::kRowMapSchemas) m.def(schema);        // kernels: row_maps.cpp
 }
 
 // One kernel type per op (a name, so TORCH_BOX's argument holds no comma).

@@ -117,14 +117,6 @@ tierkit::kernels::RowParams<T> row_params(const std::array<OptTensor, P>& ps) {
   return p;
 }
 
-// Rows split by torch's parallel_for; core sized the grain in rows.
-struct RowRunner {
-  template <typename Fn>
-  void operator()(int64_t n, int64_t grain, const Fn& fn) const {
-    torch::stable::parallel_for(0, n, grain, fn);
-  }
-};
-
 // Parameters of another float dtype than x's, computed as aten's norms
 // compute them (torch-cpu's include/tierkit_torch/rows.h says why and how):
 // a same-dtype call in x's compute type (double where a parameter is

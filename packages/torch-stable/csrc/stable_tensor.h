@@ -95,6 +95,15 @@ inline void check_first(const char* op, const Tensor& t, const char* name) {
   check_dtype(op, t, name);
 }
 
+// Rows split by torch's parallel_for (so torch.set_num_threads governs
+// them); core sized the grain in rows. The row kinds' runner (rows.cpp, row_maps.cpp).
+struct RowRunner {
+  template <typename Fn>
+  void operator()(int64_t n, int64_t grain, const Fn& fn) const {
+    torch::stable::parallel_for(0, n, grain, fn);
+  }
+};
+
 inline std::vector<std::int64_t> sizes_of(const Tensor& t) {
   const auto s = t.sizes();
   return {s.begin(), s.end()};

@@ -82,6 +82,14 @@ inline std::string python_dtype_name(std::string_view enum_name) {
 constexpr bool is_accepted(DType t) { return dtype_info(t).accepted; }
 constexpr bool is_floating(DType t) { return is_accepted(t); }
 
+// torch.promote_types (and np.result_type) of two floating dtypes: the wider;
+// float16 with bfloat16, neither holding the other, float32.
+constexpr DType promote_floating(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+  return DType::Float32;
+}
+
 // "a, b, c" + `last_sep` + "d" over the table's rows that `keep` selects.
 template <typename Keep>
 std::string dtype_list(Keep keep, std::string_view last_sep) {

@@ -51,6 +51,17 @@ inline constexpr const char* kRowReductionSchemas[] = {
     "_layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor stats) -> (Tensor, Tensor, Tensor)",
 };
 
+// The row maps' overloads (each entry's op and its transposed map, x's gradient).
+inline constexpr const char* kRowMapSchemas[] = {
+    "rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor",
+    "_rotary_embedding_backward(Tensor grad, Tensor cos, Tensor sin, bool interleaved) -> Tensor",
+};
+
+// X(name, Functor, tables): the row maps. Functor: tierkit::kernels::<Functor>
+// on the CPU (row_maps.h), <Functor>MapF on CUDA; tables: cos and sin.
+#define TIERKIT_ROW_MAPS(X) \
+  X(rotary_embedding, Rotary, 2)
+
 // The casting modes of the entries with `casting` (op_table.CASTING_MODES):
 // where weight + offset is computed (in the weight's dtype, or in the compute
 // type) and whether x-hat is rounded to x's dtype before the weight multiplies.
@@ -365,5 +376,19 @@ struct layer_norm {
 };
 
 }  // namespace row_info
+
+namespace map_info {
+
+// rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor: rotary position embedding over the last dim: x_r * cos + rotate(x_r) * sin on the first r = cos.size(-1) columns (rotate: NeoX's rotate_half, or GPT-J's pairs when interleaved), the rest passed through
+struct rotary_embedding {
+  static constexpr const char* name = "rotary_embedding";
+  static constexpr const char* backward_name = "_rotary_embedding_backward";
+  static constexpr const char* node_name = "RotaryEmbeddingBackward0";
+  static constexpr const char* doc = "rotary position embedding over the last dim: x_r * cos + rotate(x_r) * sin on the first r = cos.size(-1) columns (rotate: NeoX's rotate_half, or GPT-J's pairs when interleaved), the rest passed through";
+  static constexpr std::array<const char*, 2> tables = {"cos", "sin"};
+  static constexpr const char* width_rule = "even, at most x.size(-1)";
+};
+
+}  // namespace map_info
 }  // namespace tierkit
 // clang-format on

@@ -32,13 +32,16 @@ __all__ = [
     "FORMULA_FUNCTIONS",
     "OPS",
     "OUT_WRITERS",
+    "ROW_MAPS",
     "ROW_REDUCTIONS",
     "CastingMode",
     "Op",
     "OutWriter",
+    "RowMap",
     "RowReduction",
     "find",
     "find_casting",
+    "find_map",
     "find_row",
 ]
 
@@ -437,6 +440,100 @@ ROW_REDUCTIONS: tuple[RowReduction, ...] = (
         module="LayerNorm",
     ),
 )
+
+
+@dataclass(frozen=True)
+class RowMap:
+    """An op of the third kind: a map over the last dimension, each output
+    row computed from its own row of x and the same row of per-row tables
+    broadcast against x's leading dims (rotary embeddings: cos and sin for
+    each position). Linear in x, so its x-gradient is the map's transpose,
+    written beside the map itself in core (``tierkit/row_maps.h``); each
+    tier's generic code for the kind (kernels, autograd, fakes, vmap,
+    sharding, faces, the bridge's binding) is instantiated per entry. What an
+    entry declares:
+
+    * ``functor``: ``tierkit::kernels::<functor>`` in core (forward and
+      transposed rows) and ``<functor>MapF`` in torch-cuda;
+    * ``tables``: the tensors after x, in schema order, each ``[..., r]``
+      with ``r = size(-1)`` (the map's width: x[..., :r] is mapped, x[..., r:]
+      passes through) and broadcast against x[..., :r] (never enlarging x);
+    * ``flags``: the schema's trailing bools and their defaults;
+    * ``width_rule``: what r must be, as text for the checks' messages, with
+      ``even`` (r is even) checked;
+    * ``reference``, ``derivatives``: the value and each input's gradient in
+      the formula vocabulary plus ``rotate`` (the pair rotation by the flag
+      ``interleaved``: [-x2, x1] per pair), ``rotate_t`` (its transpose),
+      ``sum_to`` (a gradient summed to a table's broadcast shape), ``mapped``
+      (the first r columns) and ``grad``; x's gradient is the transposed map
+      (the ``_<name>_backward`` kernel) unless a graph is wanted of it.
+    * output dtype: torch's promotion of x and the tables; x's gradient in
+      x's dtype, each table's in its own.
+    """
+
+    name: str
+    functor: str
+    doc: str
+    tables: tuple[str, ...]
+    flags: tuple[tuple[str, bool], ...]
+    reference: str
+    derivatives: dict[str, str]
+    width_rule: str = "even, at most x.size(-1)"
+    kind: str = "row_map"
+
+    @property
+    def args(self) -> str:
+        return ", ".join(
+            ["Tensor x", *(f"Tensor {t}" for t in self.tables), *(f"bool {f}={d}" for f, d in self.flags)]
+        )
+
+    @property
+    def schema(self) -> str:
+        return f"{self.name}({self.args}) -> Tensor"
+
+    @property
+    def backward_name(self) -> str:
+        return f"_{self.name}_backward"
+
+    @property
+    def node_name(self) -> str:
+        return "".join(p.title() for p in self.name.split("_")) + "Backward0"
+
+    @property
+    def schemas(self) -> tuple[str, ...]:
+        tables = ", ".join(f"Tensor {t}" for t in self.tables)
+        flags = ", ".join(f"bool {f}" for f, _ in self.flags)
+        return (self.schema, f"{self.backward_name}(Tensor grad, {tables}, {flags}) -> Tensor")
+
+    @property
+    def public(self) -> tuple[str, ...]:
+        return (self.name,)
+
+
+ROW_MAPS: tuple[RowMap, ...] = (
+    RowMap(
+        name="rotary_embedding",
+        functor="Rotary",
+        doc="rotary position embedding over the last dim: x_r * cos + rotate(x_r) * sin on the first "
+        "r = cos.size(-1) columns (rotate: NeoX's rotate_half, or GPT-J's pairs when interleaved), the rest "
+        "passed through",
+        tables=("cos", "sin"),
+        flags=(("interleaved", False),),
+        reference="mapped(x) * cos + rotate(mapped(x)) * sin",
+        derivatives={
+            "x": "mapped(grad) * cos + rotate_t(mapped(grad) * sin)",
+            "cos": "sum_to(mapped(grad) * mapped(x), cos)",
+            "sin": "sum_to(mapped(grad) * rotate(mapped(x)), sin)",
+        },
+    ),
+)
+
+
+def find_map(name: str) -> RowMap:
+    for entry in ROW_MAPS:
+        if entry.name == name:
+            return entry
+    raise KeyError(f"tierkit op table: no row map named {name!r}")
 
 
 def find_casting(name: str) -> CastingMode:

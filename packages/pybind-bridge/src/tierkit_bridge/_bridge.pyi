@@ -84,6 +84,14 @@ def layer_norm(
     *,
     out: _ArrayLike | None = None,
 ) -> Any: ...
+def rotary_embedding(
+    x: _ArrayLike,
+    cos: _ArrayLike,
+    sin: _ArrayLike,
+    interleaved: bool = False,
+    *,
+    out: _ArrayLike | None = None,
+) -> Any: ...
 
 # END op table
 def vector_add_list(a: list[float], b: list[float]) -> list[float]: ...

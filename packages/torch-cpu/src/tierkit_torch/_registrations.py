@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
+from tierkit_torch_common.row_maps import register_row_maps
 from tierkit_torch_common.rows import register_row_fakes
 
 from . import _rows, _sharding, _vmap
@@ -35,6 +36,7 @@ def register() -> None:
     register_row_fakes(torch, "tierkit", accepted)
     _lib = torch.library.Library("tierkit", "IMPL")
     register_row_casting(torch, "tierkit", accepted, _lib)
+    register_row_maps(torch, "tierkit", accepted, _lib)  # the row maps' fakes, autograd and vmap
     _vmap.register()
     _rows.register_vmap()
     _sharding.install()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
+from tierkit_torch_common.row_maps import register_row_maps
 from tierkit_torch_common.rows import register_row_fakes
 
 from . import _autograd, _composite, _rows
@@ -26,6 +27,7 @@ def register() -> None:
     register_fake_kernels(torch, "tierkit_stable", accepted, lib=_lib)
     register_row_fakes(torch, "tierkit_stable", accepted)
     register_row_casting(torch, "tierkit_stable", accepted, _lib)
+    register_row_maps(torch, "tierkit_stable", accepted, _lib)  # the row maps' fakes, autograd and vmap
     _autograd.register(_lib)
     _rows.register(_lib)
     _composite.register(_lib)

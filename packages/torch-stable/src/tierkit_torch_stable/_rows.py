@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
+from tierkit_torch_common.row_maps import row_map_faces
 from tierkit_torch_common.rows import (
     default_eps,
     gradients,
@@ -221,4 +222,5 @@ def register(lib: torch.library.Library) -> None:
     register_row_vmap(torch, "tierkit_stable")
 
 
-FACES = row_faces(_ops, "tierkit_torch_stable")  # tierkit_torch_stable.ops re-exports them
+# Both row kinds' faces (the maps': torch-common's row_maps); tierkit_torch_stable.ops re-exports them.
+FACES = {**row_faces(_ops, "tierkit_torch_stable"), **row_map_faces(_ops, "tierkit_torch_stable")}

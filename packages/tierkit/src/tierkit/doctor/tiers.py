@@ -73,11 +73,12 @@ KEYS = ["CPU", "CUDA", "Meta", "Autograd"]
 
 # Which kernels each op of the op table (tierkit_core.op_table, installed
 # with every torch tier) has, asked of the loaded library in a subprocess:
-# every kind (pointwise entries, out writers, row reductions).
+# every kind (pointwise entries, out writers, row reductions, row maps).
 OPS_PROBE = r"""
 import json, torch, {module}
-from tierkit_core.op_table import OPS, OUT_WRITERS, ROW_REDUCTIONS
-ops = [op.name for op in OPS] + [w.name for w in OUT_WRITERS] + [n for r in ROW_REDUCTIONS for n in r.overloads]
+from tierkit_core import op_table as t
+ops = [op.name for op in t.OPS] + [w.name for w in t.OUT_WRITERS] + [n for r in t.ROW_REDUCTIONS for n in r.overloads]
+ops += [n for m in getattr(t, "ROW_MAPS", ()) for n in (m.name, m.backward_name)]
 has = torch._C._dispatch_has_kernel_for_dispatch_key
 keys = {{op: [k for k in {keys!r} if has("{ns}::" + op, k)] for op in ops if torch._C._dispatch_has_kernel("{ns}::" + op) or hasattr(torch.ops.{ns}, op)}}
 print(json.dumps({{"ops": ops, "keys": keys}}))

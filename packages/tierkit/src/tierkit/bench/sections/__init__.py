@@ -18,6 +18,7 @@ from . import (
     gil,
     gpu,
     kernels,
+    maps,
     percall,
     rows,
     silu,
@@ -39,6 +40,7 @@ SECTIONS = {
     "stable_abi": stable_abi,
     "silu": silu,
     "rows": rows,
+    "maps": maps,
     "entries": entries,
 }
 

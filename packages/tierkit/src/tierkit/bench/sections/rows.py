@@ -24,6 +24,13 @@ PROBE = textwrap.dedent("""
     reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
     ops = torch.ops.tierkit
     EPS = 1e-6
+    def _rstd(a):
+        return torch.rsqrt(a.float().pow(2).mean(-1, keepdim=True) + EPS)
+    # The models' own norms (transformers' LlamaRMSNorm and GemmaRMSNorm forward), for the casting modes.
+    CAST = {
+        "llama": lambda a, w: w * (a.float() * _rstd(a)).to(a.dtype),
+        "gemma": lambda a, w: ((a.float() * _rstd(a)) * (1.0 + w.float())).to(a.dtype),
+    }
     rows = []
     for entry in ROW_REDUCTIONS:
         name = entry.name
@@ -63,8 +70,21 @@ PROBE = textwrap.dedent("""
                     # written into a tensor made once, so page faults do not decide the ratio.
                     impls["x + r (into a preallocated h), then torch op"] = lambda: (
                         op(torch.add(x, r, out=h), *ps, EPS), h)
-                impls = {k: v for k, v in impls.items() if v is not None}  # --quick: no compile peers
                 refs = {"fwd": "torch op fwd", "fwd+bwd": "torch op fwd+bwd", "add": "torch op fused add"}
+                if entry.casting:  # each mode against "aten" (its cost), and against the models' own code
+                    for mode, offset in (("llama", 0.0), ("gemma", 1.0)):
+                        mine = f"torch op fwd, casting_mode={mode}"
+                        impls[mine] = (lambda m=mode, o=offset: op(x, *ps, EPS, offset=o, casting_mode=m))
+                        refs[mine] = "torch op fwd"
+                        hf = CAST[mode]
+                        impls[f"HF {mode} eager (THP)"] = lambda hf=hf: hf(x, ps[0])
+                        refs[f"HF {mode} eager (THP)"] = mine
+                        if with_compile:
+                            c = torch.compile(hf)
+                            c(x, ps[0])
+                            impls[f"HF {mode} torch.compile (THP)"] = lambda c=c: c(x, ps[0])
+                            refs[f"HF {mode} torch.compile (THP)"] = mine
+                impls = {k: v for k, v in impls.items() if v is not None}  # --quick: no compile peers
                 limit = None
                 if stream_lib.available():
                     # x read and y written: the bytes of a copy of x.
@@ -78,8 +98,8 @@ PROBE = textwrap.dedent("""
                            "dtype": str(dtype).removeprefix("torch."), "seconds": t.seconds,
                            "gbs": rows_ * d * x.element_size() * 2 / t.median / 1e9}
                     if impl != limit:
-                        row["ours_over_theirs"] = paired_ratio(t, s[refs[kind]])
-                        if limit and impl == "torch op fwd":
+                        row["ours_over_theirs"] = paired_ratio(t, s[refs.get(impl, refs[kind])])
+                        if limit and impl.startswith("torch op fwd") and "bwd" not in impl:
                             row["of_limit"] = paired_ratio(s[limit], t)
                     rows.append(row)
     print(json.dumps(rows))
@@ -126,7 +146,8 @@ def markdown(results: dict) -> list[str]:
                     timed(r),
                     f"{r['gbs']:.1f}",
                     "—"
-                    if "ours_over_theirs" not in r or r["impl"].startswith("torch op")
+                    if "ours_over_theirs" not in r
+                    or r["impl"] in ("torch op fwd", "torch op fwd+bwd", "torch op fused add")
                     else f"{r['ours_over_theirs']:.2f}x",
                     f"{r['of_limit']:.2f}" if "of_limit" in r else "",
                 ]
@@ -136,7 +157,9 @@ def markdown(results: dict) -> list[str]:
         "",
         "Speed-ups are paired per repetition against the tierkit op doing the same work (forward, "
         "forward + backward, or the fused residual form); all in one process with THP_MEM_ALLOC_ENABLE=1 and "
-        "torch's thread count; eps 1e-6 and every parameter (weight, bias) throughout.",
+        "torch's thread count; eps 1e-6 and every parameter (weight, bias) throughout. A casting mode's row "
+        "(``torch op fwd, casting_mode=...``) is paired against the op in aten's mode: its figure is what the "
+        "mode costs (1.00x: nothing); the models' own norms (HF) are paired against the op in their mode.",
     ]
 
 
@@ -164,6 +187,36 @@ def targets(results: dict) -> list[dict]:
                         out.append(
                             target(f"{what} vs {peer} >= {factor}x, {where}", factor, ratio, ratio >= factor)
                         )
+                if entry.casting:
+                    for mode in ("llama", "gemma"):
+                        for peer, factor in (
+                            (f"HF {mode} eager (THP)", 2.0),
+                            (f"HF {mode} torch.compile (THP)", 1.0),
+                        ):
+                            r = pick(mine, impl=peer, nrows=rows_, d=d, dtype=dtype)
+                            if r:
+                                ratio = round(r[0]["ours_over_theirs"], 2)
+                                out.append(
+                                    target(
+                                        f"{entry.name} casting_mode={mode} vs {peer} >= {factor}x, {where}",
+                                        factor,
+                                        ratio,
+                                        ratio >= factor,
+                                    )
+                                )
+                        r = pick(
+                            mine, impl=f"torch op fwd, casting_mode={mode}", nrows=rows_, d=d, dtype=dtype
+                        )
+                        if r and "of_limit" in r[0]:
+                            frac = round(r[0]["of_limit"], 2)
+                            out.append(
+                                target(
+                                    f"{entry.name} casting_mode={mode} >= 0.8 x the copy limit's bandwidth, {where}",
+                                    0.8,
+                                    frac,
+                                    frac >= 0.8,
+                                )
+                            )
                 r = pick(mine, impl="torch op fwd", nrows=rows_, d=d, dtype=dtype)
                 if r and "of_limit" in r[0]:
                     frac = round(r[0]["of_limit"], 2)

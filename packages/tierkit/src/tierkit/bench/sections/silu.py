@@ -17,6 +17,7 @@ PROBE = textwrap.dedent("""
     import json, sys
     import numpy as np, torch, tierkit_torch, tierkit_bridge as tb
     import torch.nn.functional as F
+    from tierkit.bench import stream_lib
     from tierkit.bench.timing import inner_for, interleaved, paired_ratio
     reps, sizes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
     K = np.longdouble(2) * np.sqrt(np.longdouble(2) / np.longdouble(np.pi))
@@ -48,11 +49,22 @@ PROBE = textwrap.dedent("""
                     an, bn = a.numpy(), b.numpy()
                     impls["bridge"] = lambda: getattr(tb, op)(an, bn)
                     impls["numpy"] = lambda: numpy_expr(an, bn)
+                limit = None
+                if stream_lib.available():
+                    # a and b read, the result written: a copy moving the same bytes (3n elements).
+                    stream = stream_lib.Stream(3 * n * a.element_size() // 8, torch.get_num_threads())
+                    limit = "STREAM copy"
+                    impls[limit] = stream.timer("copy", "ordinary")
                 s = interleaved(impls, reps, inner_for(n * 3 * a.element_size() / 10e9))
                 for impl, x in s.items():
+                    if impl == limit:
+                        continue
                     ref = "bridge" if impl == "numpy" else "torch op"
-                    rows.append({"op": op, "impl": impl, "n": n, "dtype": str(dtype).removeprefix("torch."),
-                                 "seconds": x.seconds, "ours_over_theirs": paired_ratio(x, s[ref])})
+                    row = {"op": op, "impl": impl, "n": n, "dtype": str(dtype).removeprefix("torch."),
+                           "seconds": x.seconds, "ours_over_theirs": paired_ratio(x, s[ref])}
+                    if limit and impl == "torch op":
+                        row["of_limit"] = paired_ratio(s[limit], x)
+                    rows.append(row)
         # Accuracy: the largest error over 2**20 inputs, per dtype, against the exact value.
         g = torch.Generator().manual_seed(1)
         a64 = torch.randn(1 << 20, generator=g, dtype=torch.float64) * 8
@@ -112,14 +124,21 @@ def markdown(results: dict) -> list[str]:
             f"**{op}** (eager: `{EAGER[op]}`)",
             "",
             table(
-                ["impl", "dtype", "n", "time", "tierkit's speed-up over it"],
+                ["impl", "dtype", "n", "time", "tierkit's speed-up over it", "of the copy limit"],
                 [
-                    [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), f"{r['ours_over_theirs']:.2f}x"]
+                    [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), f"{r['ours_over_theirs']:.2f}x", ""]
                     for r in rows
                     if r["impl"] not in ("torch op", "bridge")
                 ]
                 + [
-                    [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), "—"]
+                    [
+                        r["impl"],
+                        r["dtype"],
+                        f"{r['n']:,}",
+                        timed(r),
+                        "—",
+                        f"{r['of_limit']:.2f}" if "of_limit" in r else "",
+                    ]
                     for r in rows
                     if r["impl"] in ("torch op", "bridge")
                 ],
@@ -166,6 +185,14 @@ def _targets(op: str, results: dict) -> list[dict]:
                     out.append(target(name, factor, ratio, ratio >= factor))
                 elif "compile" in peer and results["quick"] and pick(rows, n=n, dtype=dtype):
                     out.append(not_measured(name, factor, "--quick compiles no torch.compile peer"))
+            r = pick(rows, impl="torch op", n=n, dtype=dtype)
+            if n >= 16_000_000 and r and "of_limit" in r[0]:  # beyond the caches
+                frac = round(r[0]["of_limit"], 2)
+                out.append(
+                    target(
+                        f"torch op {op} >= 0.8 x the copy limit at n={n:.2g}, {dtype}", 0.8, frac, frac >= 0.8
+                    )
+                )
         r = pick(rows, impl="numpy", n=n, dtype="float32")
         if r:
             ratio = round(r[0]["ours_over_theirs"], 2)

@@ -1,0 +1,155 @@
+"""13. The row maps, every ROW_MAPS entry of the op table (rotary
+embeddings), on q of Llama's layout [batch, heads, seq, head_dim] with
+tables [1, 1, seq, head_dim], against the models' own eager code (Hugging
+Face's ``q * cos + rotate_half(q) * sin``), that code under torch.compile,
+and the compiled copy loop; sizes beyond the caches. A new entry is
+measured here with no new code."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from ._common import Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
+
+TITLE = "Row maps (rotary embeddings): against eager, torch.compile and the compiled copy limit"
+
+PROBE = textwrap.dedent("""
+    import json, sys
+    import torch, tierkit_torch
+    from tierkit_core.op_table import ROW_MAPS
+    from tierkit.bench import stream_lib
+    from tierkit.bench.timing import inner_for, interleaved, paired_ratio
+    reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
+
+    def rotate_half(v):
+        h = v.shape[-1] // 2
+        return torch.cat((-v[..., h:], v[..., :h]), -1)
+
+    def eager(q, cos, sin):  # transformers' apply_rotary_pos_emb, for one tensor
+        return q * cos + rotate_half(q) * sin
+
+    comp = torch.compile(eager, dynamic=False) if with_compile else None
+    rows = []
+    for entry in ROW_MAPS:
+        op = getattr(torch.ops.tierkit, entry.name)
+        for shape in shapes:
+            for dtype in (torch.float32, torch.bfloat16):
+                b, h, s, d = shape
+                if dtype == torch.bfloat16:
+                    b *= 2  # the same bytes as float32's
+                g = torch.Generator().manual_seed(0)
+                q = torch.randn(b, h, s, d, generator=g).to(dtype)
+                pos = torch.arange(s, dtype=torch.float64)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
+                emb = torch.cat((pos, pos), -1)
+                cos, sin = (t.to(dtype).reshape(1, 1, s, d) for t in (emb.cos(), emb.sin()))
+                impls = {"torch op": lambda: op(q, cos, sin, False), "torch eager (THP)": lambda: eager(q, cos, sin)}
+                if comp is not None:
+                    comp(q, cos, sin)
+                    impls["torch.compile (THP)"] = lambda: comp(q, cos, sin)
+                nbytes = q.numel() * q.element_size() * 2  # q read, the result written
+                limit = None
+                if stream_lib.available():
+                    stream = stream_lib.Stream(q.numel() * q.element_size() // 4, torch.get_num_threads())
+                    limit = "STREAM copy"
+                    impls[limit] = stream.timer("copy", "ordinary")
+                t = interleaved(impls, reps, inner_for(nbytes / 10e9), warmup=1)
+                for impl, x in t.items():
+                    row = {"op": entry.name, "impl": impl, "shape": [b, h, s, d],
+                           "dtype": str(dtype).removeprefix("torch."), "seconds": x.seconds,
+                           "gbs": nbytes / x.median / 1e9}
+                    if impl != limit:
+                        row["ours_over_theirs"] = paired_ratio(x, t["torch op"])
+                        if limit and impl == "torch op":
+                            row["of_limit"] = paired_ratio(t[limit], x)
+                    rows.append(row)
+    print(json.dumps(rows))
+""")
+
+
+def shapes(cfg: Config) -> list[list[int]]:
+    # float32 [4, 32, 2048, 128]: 128 MiB, 4x a 32 MiB last-level cache (bfloat16 doubles the batch).
+    return [[1, 8, 256, 64]] if cfg.quick else [[4, 32, 2048, 128]]
+
+
+def measure(cfg: Config) -> list[dict]:
+    torch = need("torch")
+    need("tierkit_torch")
+    from tierkit_core.op_table import ROW_MAPS
+
+    missing = [e.name for e in ROW_MAPS if not hasattr(torch.ops.tierkit, e.name)]
+    if missing:
+        raise Skip(f"this tierkit_torch has no {', '.join(missing)}")
+    args = [str(cfg.reps), json.dumps(shapes(cfg)), "0" if cfg.quick else "1"]
+    return thp_probe_rows("maps", PROBE, args, "row maps", timeout=3600)
+
+
+def markdown(results: dict) -> list[str]:
+    rows = timed_rows(results, "maps")
+    return [
+        table(
+            [
+                "op",
+                "impl",
+                "q",
+                "dtype",
+                "time",
+                "GB/s (q and the result)",
+                "tierkit's speed-up over it",
+                "of the copy limit",
+            ],
+            [
+                [
+                    r["op"],
+                    r["impl"],
+                    str(r["shape"]),
+                    r["dtype"],
+                    timed(r),
+                    f"{r['gbs']:.1f}",
+                    "—"
+                    if "ours_over_theirs" not in r or r["impl"] == "torch op"
+                    else f"{r['ours_over_theirs']:.2f}x",
+                    f"{r['of_limit']:.2f}" if "of_limit" in r else "",
+                ]
+                for r in rows
+            ],
+        ),
+        "",
+        "Speed-ups are paired per repetition against the tierkit op; one process with THP_MEM_ALLOC_ENABLE=1 "
+        "and torch's thread count; the tables [1, 1, seq, head_dim] as the models' rotary modules make them.",
+    ]
+
+
+def targets(results: dict) -> list[dict]:
+    """The performance issue's for the new operators: >= 0.8 x the copy
+    limit beyond the caches, >= 2 x eager, >= 1.0 x torch.compile; per entry
+    and dtype."""
+    from tierkit_core.op_table import ROW_MAPS
+
+    rows = timed_rows(results, "maps")
+    out = []
+    for entry in ROW_MAPS:
+        for dtype in ("float32", "bfloat16"):
+            mine = [
+                r
+                for r in rows
+                if r.get("op") == entry.name and r.get("dtype") == dtype and r["shape"][2] >= 2048
+            ]
+            for peer, factor in (("torch eager (THP)", 2.0), ("torch.compile (THP)", 1.0)):
+                r = pick(mine, impl=peer)
+                if r:
+                    ratio = round(r[0]["ours_over_theirs"], 2)
+                    out.append(
+                        target(
+                            f"{entry.name} vs {peer} >= {factor}x, {dtype}", factor, ratio, ratio >= factor
+                        )
+                    )
+            r = pick(mine, impl="torch op")
+            if r and "of_limit" in r[0]:
+                frac = round(r[0]["of_limit"], 2)
+                out.append(
+                    target(
+                        f"{entry.name} >= 0.8 x the copy limit's bandwidth, {dtype}", 0.8, frac, frac >= 0.8
+                    )
+                )
+    return out

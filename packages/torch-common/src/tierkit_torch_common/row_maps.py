@@ -1,0 +1,386 @@
+"""The row maps' Python side (the op table's third kind, ``ROW_MAPS``:
+rotary embeddings) for any namespace that defines them (``tierkit``,
+``tierkit_stable``), written once for the kind and instantiated per entry:
+the checks and their messages, fake kernels, autograd (reverse and forward
+mode, double backward), vmap rules, DTensor strategies, typed faces, and
+the entry's formulas over torch (what tests compare with and what a graph
+of the backward differentiates). Kernels are each tier's (core's
+``tierkit/row_maps.h``). torch is imported by the caller.
+
+The map is linear in x: x's gradient is the transposed map, the
+``_<name>_backward`` kernel, unless a graph of the backward is wanted
+(create_graph), when the entry's derivative formulas run on torch's ops.
+The tables' gradients (rare: cos and sin are usually buffers) are the
+formulas always.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable
+
+from tierkit_core.op_table import ROW_MAPS, RowMap
+
+from .fake import _bound_on_first_call
+
+__all__ = [
+    "formulas",
+    "map_checks",
+    "register_row_maps",
+    "row_map_faces",
+]
+
+
+def _name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _join(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def result_dtype(torch: Any, x: Any, tables: Sequence[Any]) -> Any:
+    """torch's promotion of x and the tables (every one a tensor of at least one dim)."""
+    dtype = x.dtype
+    for t in tables:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+# ---- the formulas over torch ------------------------------------------------------
+
+
+def formulas(torch: Any, entry: RowMap, interleaved: bool, r: int) -> dict[str, Callable[..., Any]]:
+    """The formula vocabulary of the kind over torch for width r."""
+
+    def mapped(t: Any) -> Any:
+        return t[..., :r]
+
+    def rotate(v: Any) -> Any:
+        if interleaved:  # (a, b) -> (-b, a) per pair (2i, 2i + 1)
+            pairs = v.unflatten(-1, (-1, 2))
+            return torch.stack((-pairs[..., 1], pairs[..., 0]), -1).flatten(-2)
+        half = v.shape[-1] // 2
+        return torch.cat((-v[..., half:], v[..., :half]), -1)
+
+    def rotate_t(u: Any) -> Any:  # the transpose: (a, b) -> (b, -a)
+        if interleaved:
+            pairs = u.unflatten(-1, (-1, 2))
+            return torch.stack((pairs[..., 1], -pairs[..., 0]), -1).flatten(-2)
+        half = u.shape[-1] // 2
+        return torch.cat((u[..., half:], -u[..., :half]), -1)
+
+    def sum_to(t: Any, like: Any) -> Any:
+        return t.sum_to_size(like.shape)
+
+    return {"mapped": mapped, "rotate": rotate, "rotate_t": rotate_t, "sum_to": sum_to}
+
+
+def _eval(entry: RowMap, formula: str, names: dict[str, Any]) -> Any:
+    return eval(compile(formula, f"<{entry.name}>", "eval"), {"__builtins__": {}}, names)
+
+
+def _whole(torch: Any, mapped: Any, rest: Any) -> Any:
+    """The first r columns computed, the rest passed through."""
+    return mapped if rest.shape[-1] == 0 else torch.cat((mapped, rest.to(mapped.dtype)), -1)
+
+
+def reference(torch: Any, entry: RowMap, x: Any, tables: Sequence[Any], interleaved: bool) -> Any:
+    """The entry's value by its formula on torch's ops (differentiable), in the inputs' dtypes."""
+    r = tables[0].shape[-1]
+    names: dict[str, Any] = {**formulas(torch, entry, interleaved, r), "x": x}
+    names.update(zip(entry.tables, tables))
+    return _whole(torch, _eval(entry, entry.reference, names), x[..., r:])
+
+
+def gradients(
+    torch: Any,
+    entry: RowMap,
+    grad: Any,
+    x: Any,
+    tables: Sequence[Any],
+    interleaved: bool,
+    wanted: Sequence[bool],
+) -> list[Any]:
+    """x's and each table's gradient by the entry's formulas (None where not wanted), each in its input's dtype."""
+    r = tables[0].shape[-1]
+    names: dict[str, Any] = {**formulas(torch, entry, interleaved, r), "x": x, "grad": grad}
+    names.update(zip(entry.tables, tables))
+    out: list[Any] = [None] * (1 + len(tables))
+    if wanted[0]:
+        out[0] = _whole(torch, _eval(entry, entry.derivatives["x"], names), grad[..., r:]).to(x.dtype)
+    for i, (name, t) in enumerate(zip(entry.tables, tables)):
+        if wanted[i + 1]:
+            out[i + 1] = _eval(entry, entry.derivatives[name], names).to(t.dtype)
+    return out
+
+
+# ---- checks -------------------------------------------------------------------------
+
+
+def map_checks(torch: Any, accepted_dtypes: Sequence[str]) -> Callable[..., None]:
+    """``check(op, entry, x, tables)``: the kind's argument rules, with the C++
+    kernels' messages (torch-cpu's include/tierkit_torch/row_maps.h)."""
+    accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
+    accepted_text = _join(list(accepted_dtypes))
+
+    def check(op: str, entry: RowMap, x: Any, tables: Sequence[Any]) -> None:
+        if x.dim() == 0:
+            raise RuntimeError(f"{op}: x: expected a tensor with at least one dimension, got a 0-d tensor")
+        if x.dtype not in accepted:
+            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {_name(x.dtype)}")
+        first = entry.tables[0]
+        for name, t in zip(entry.tables, tables):
+            if t.device != x.device:
+                raise RuntimeError(f"{op}: {name}: expected device {x.device} (same as x), got {t.device}")
+            if t.dtype not in accepted:
+                raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {_name(t.dtype)}")
+            if t.dim() == 0:
+                raise RuntimeError(
+                    f"{op}: {name}: expected a tensor with at least one dimension (its last is the rotary "
+                    "width r), got a 0-d tensor"
+                )
+        r, d = tables[0].shape[-1], x.shape[-1]
+        torch._check(
+            r % 2 == 0 and r <= d,
+            lambda: (
+                f"{op}: {first}: expected a rotary width r = {first}.size(-1) that is {entry.width_rule} "
+                f"({d}), got {r}"
+            ),
+        )
+        for name, t in zip(entry.tables, tables):
+            torch._check(
+                t.shape[-1] == r,
+                lambda name=name, t=t: (
+                    f"{op}: {name}: expected a last dimension of {r} (the rotary width, "
+                    f"{first}'s), got {t.shape[-1]}"
+                ),
+            )
+            ok = t.dim() <= x.dim() and all(
+                s == 1 or s == xs for s, xs in zip(reversed(t.shape[:-1]), reversed(x.shape[:-1]))
+            )
+            torch._check(
+                ok,
+                lambda name=name, t=t: (
+                    f"{op}: {name}: shape {list(t.shape)} does not broadcast against "
+                    f"x[..., :{r}] of shape {[*x.shape[:-1], r]}"
+                ),
+            )
+
+    return check
+
+
+# ---- registrations -------------------------------------------------------------------
+
+
+def _needs_derivative(torch: Any, tensors: Sequence[Any]) -> bool:
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return True
+    fw = torch.autograd.forward_ad
+    return fw._current_level >= 0 and any(fw.unpack_dual(t).tangent is not None for t in tensors)
+
+
+def _function(torch: Any, ns: str, entry: RowMap) -> type:
+    ops = getattr(torch.ops, ns)
+    op = getattr(ops, entry.name).default
+    backward_op = getattr(ops, entry.backward_name).default
+    n = len(entry.tables)
+
+    class MapFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, *rest: Any) -> Any:
+            tables, flags = rest[:n], rest[n:]
+            with torch._C._AutoDispatchBelowAutograd():
+                y = op(x, *tables, *flags)
+            ctx.save_for_backward(x, *tables)
+            ctx.save_for_forward(x, *tables)
+            ctx.flags = flags
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> tuple:
+            x, *tables = ctx.saved_tensors
+            needs = ctx.needs_input_grad
+            wanted = list(needs[: 1 + n])
+            if torch.is_grad_enabled():  # create_graph: the formulas on torch's ops, differentiable
+                grads = gradients(torch, entry, grad, x, tables, ctx.flags[0], wanted)
+            else:
+                grads = gradients(torch, entry, grad, x, tables, ctx.flags[0], [False, *wanted[1:]])
+                if wanted[0]:
+                    with torch._C._AutoDispatchBelowAutograd():
+                        grads[0] = backward_op(grad.contiguous(), *tables, *ctx.flags).to(x.dtype)
+            return (*grads, *([None] * len(ctx.flags)))
+
+        @staticmethod
+        def jvp(ctx: Any, tx: Any, *tangents: Any) -> Any:
+            x, *tables = ctx.saved_tensors
+            tans = tangents[:n]
+            out = None
+            if tx is not None:
+                with torch._C._AutoDispatchBelowAutograd():
+                    out = op(tx, *tables, *ctx.flags)
+            if any(t is not None for t in tans):
+                # Linear in each table: the formula with that table's tangent in its place, the others zero.
+                for i, t in enumerate(tans):
+                    if t is None:
+                        continue
+                    args = [torch.zeros_like(q) if j != i else t for j, q in enumerate(tables)]
+                    r = tables[0].shape[-1]
+                    names = {**formulas(torch, entry, ctx.flags[0], r), "x": x}
+                    names.update(zip(entry.tables, args))
+                    term = _whole(torch, _eval(entry, entry.reference, names), torch.zeros_like(x[..., r:]))
+                    out = term if out is None else out + term
+            return out
+
+    MapFunction.__name__ = MapFunction.__qualname__ = (
+        "".join(w.title() for w in entry.name.split("_")) + "Function"
+    )
+    return MapFunction
+
+
+def register_row_maps(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any) -> None:
+    """Fakes, autograd and vmap rules for every row map in `ns` (kernels: the tier's)."""
+    check = map_checks(torch, accepted_dtypes)
+    ops = getattr(torch.ops, ns)
+    for entry in ROW_MAPS:
+        n = len(entry.tables)
+        fn = _function(torch, ns, entry)
+        op = getattr(ops, entry.name).default
+        backward_op = getattr(ops, entry.backward_name).default
+        name = f"{ns}::{entry.name}"
+        bname = f"{ns}::{entry.backward_name}"
+
+        def fake(x, *rest, _e=entry, _n=n, _name=name):
+            tables = rest[:_n]
+            check(_name, _e, x, tables)
+            return x.new_empty(x.shape, dtype=result_dtype(torch, x, tables))
+
+        def fake_backward(grad, *rest, _e=entry, _n=n, _name=bname):
+            check(_name, _e, grad, rest[:_n])
+            return grad.new_empty(grad.shape)
+
+        torch.library.register_fake(name, fake, lib=lib)
+        torch.library.register_fake(bname, fake_backward, lib=lib)
+
+        def autograd(x, *rest, _e=entry, _n=n, _fn=fn, _op=op, _name=name, **kwargs):
+            args = _positional(_e, rest, kwargs)
+            if not _needs_derivative(torch, (x, *args[:_n])):
+                with torch._C._AutoDispatchBelowAutograd():
+                    return _op(x, *args)
+            check(_name, _e, x, args[:_n])
+            if torch._C._are_functorch_transforms_active():
+                raise RuntimeError(
+                    f"{_name}: torch.func transforms that differentiate (grad, vjp, jvp, jacrev, jacfwd, hessian) "
+                    "are not supported: this op's autograd is registered from Python and runs below torch.func. "
+                    "Use torch.autograd.grad / torch.autograd.forward_ad (both supported); vmap without "
+                    "differentiation works."
+                )
+            return _fn.apply(x, *args)
+
+        def autograd_backward(grad, *rest, _n=n, _op=backward_op, _name=bname, _e=entry, **kwargs):
+            rest = _positional(_e, rest, kwargs)
+            if _needs_derivative(torch, (grad, *rest[:_n])):
+                raise RuntimeError(
+                    f"{_name}: not differentiable (a building block of {ns}::{_e.name}'s autograd; an argument "
+                    f"requires grad or carries a tangent); its double backward differentiates the formulas instead"
+                )
+            with torch._C._AutoDispatchBelowAutograd():
+                return _op(grad, *rest)
+
+        lib.impl(entry.name, autograd, "Autograd")
+        lib.impl(entry.backward_name, autograd_backward, "Autograd")
+        torch.library.register_vmap(name, _batch_rule(torch, op, n), lib=lib)
+        torch.library.register_vmap(bname, _batch_rule(torch, backward_op, n), lib=lib)
+
+
+def _positional(entry: RowMap, rest: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The tables and flags in schema order, whether passed by position, by name or left to their defaults."""
+    names = [*entry.tables, *(f for f, _ in entry.flags)]
+    defaults = {f: d for f, d in entry.flags}
+    out = list(rest)
+    for name in names[len(rest) :]:
+        out.append(kwargs[name] if name in kwargs else defaults[name])
+    return tuple(out)
+
+
+def _batch_rule(torch: Any, op: Any, n: int) -> Callable[..., Any]:
+    """The batch becomes x's (or grad's) first dim; a batched table moves its batch to the front and
+    broadcasts per example (its other dims aligned to x's from the right)."""
+
+    def rule(info: Any, in_dims: Any, x: Any, *rest: Any) -> Any:
+        dims = list(in_dims) + [None] * (1 + len(rest) - len(in_dims))
+        x = x.unsqueeze(0).expand(info.batch_size, *x.shape) if dims[0] is None else x.movedim(dims[0], 0)
+        tables = []
+        for t, d in zip(rest[:n], dims[1 : 1 + n]):
+            if d is not None:
+                t = t.movedim(d, 0)
+                t = t.reshape(t.shape[0], *([1] * (x.dim() - t.dim())), *t.shape[1:])
+            tables.append(t)
+        return op(x, *tables, *rest[n:]), 0
+
+    return rule
+
+
+def register_row_map_sharding(torch: Any, ns: str) -> None:
+    """Rows are independent: x sharded on any leading dim keeps its placement,
+    with each table sharded where it has that dim (replicated where it
+    broadcasts); the last dim must be whole (redistributed first)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.experimental import register_sharding as on
+
+    ops = getattr(torch.ops, ns)
+
+    def table_placement(x: Any, t: Any, k: int) -> Any:
+        kt = k - (len(x.shape) - len(t.shape))
+        return Shard(kt) if kt >= 0 and t.shape[kt] != 1 else Replicate()
+
+    for entry in ROW_MAPS:
+        n = len(entry.tables)
+
+        def strategy(x, *rest, _n=n):
+            tables = rest[:_n]
+            flags = [None] * (len(rest) - _n)
+            out = [([Replicate()], [Replicate(), *([Replicate()] * _n), *flags])]
+            for k in range(len(x.shape) - 1):
+                out.append(([Shard(k)], [Shard(k), *(table_placement(x, t, k) for t in tables), *flags]))
+            return out
+
+        on(getattr(ops, entry.name).default)(strategy)
+        on(getattr(ops, entry.backward_name).default)(strategy)
+
+
+# ---- typed faces ----------------------------------------------------------------------
+
+_FACE = """\
+def {name}({params}):
+    return overload({args})
+"""
+
+
+def row_map_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
+    """The typed face of every row map over ``ops`` (torch.ops.<ns>)."""
+    faces: dict[str, Callable[..., Any]] = {}
+    for entry in ROW_MAPS:
+        params = ", ".join(["x", *entry.tables, *(f"{f}={d!r}" for f, d in entry.flags)])
+        args = ", ".join(["x", *entry.tables, *(f for f, _ in entry.flags)])
+        scope: dict[str, Any] = {}
+        scope["overload"] = _bound_on_first_call(scope, "overload", ops, entry.name, "default")
+        exec(
+            compile(
+                _FACE.format(name=entry.name, params=params, args=args),
+                f"<tierkit op table: {entry.name}>",
+                "exec",
+            ),
+            scope,
+        )
+        face = scope[entry.name]
+        face.__doc__ = (
+            f"``{entry.schema}``: {entry.doc}.\n\nr = {entry.tables[0]}.size(-1) must be {entry.width_rule}; "
+            f"{' and '.join(entry.tables)} have r columns and broadcast against x[..., :r] (e.g. [seq, r] "
+            "against [batch, heads, seq, head_dim]). The output has torch's promotion of the inputs' dtypes "
+            "(16-bit inputs computed in float32 and rounded once). Differentiable in every tensor, in reverse "
+            "and forward mode; x's gradient is the transposed rotation."
+        )
+        face.__module__ = prefix + ".ops"
+        faces[entry.name] = face
+    return faces

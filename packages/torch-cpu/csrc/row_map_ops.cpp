@@ -1,0 +1,77 @@
+// CPU kernels of the row maps (the op table's third kind, TIERKIT_ROW_MAPS:
+// rotary embeddings), one template for every entry: the map and its
+// transpose (x's gradient, _<name>_backward). The arithmetic and the loops
+// are core's (tierkit/row_maps.h); inputs of mixed dtypes are computed in
+// their promotion (a conversion of the small tables, usually). Autograd,
+// fakes and vmap are torch-common's (row_maps.py), shared with torch-stable.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include <array>
+
+#include "tierkit/op_table.h"
+#include "tierkit/row_maps.h"
+#include "tierkit_torch/row_maps.h"
+#include "view.h"
+#include "warm_allocator.h"
+
+namespace tierkit_torch {
+namespace {
+
+struct AtenRunner {
+  template <typename Fn>
+  void operator()(int64_t n, int64_t grain, const Fn& fn) const {
+    at::parallel_for(0, n, grain, fn);
+  }
+};
+
+template <typename Info, typename K>
+struct CpuMap {
+  static constexpr std::size_t N = K::kTables;
+
+  static at::Tensor run(const char* op, const at::Tensor& x_in, const std::array<const at::Tensor*, N>& in,
+                        bool interleaved, bool transpose) {
+    check_map<Info>(op, x_in, in, c10::DeviceType::CPU);
+    const at::ScalarType dtype = map_dtype(x_in, in);
+    const at::Tensor x = x_in.to(dtype).contiguous();
+    std::array<at::Tensor, N> tables;
+    for (std::size_t i = 0; i < N; ++i) tables[i] = in[i]->to(dtype).contiguous();
+    at::Tensor y = warm_empty(x.sizes(), x.options());
+    const auto layout = map_layout(x, tables);
+    const int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d, r = tables[0].size(-1);
+    tierkit::dispatch_accepted(to_core_dtype(dtype), "x", [&](auto tag) {
+      using T = decltype(tag);
+      const T* ptrs[N];
+      for (std::size_t i = 0; i < N; ++i) ptrs[i] = static_cast<const T*>(tables[i].const_data_ptr());
+      tierkit::kernels::row_map<K>(static_cast<const T*>(x.const_data_ptr()), ptrs, layout, rows, d, r,
+                                   interleaved, transpose, static_cast<T*>(y.mutable_data_ptr()),
+                                   AtenRunner{});
+    });
+    return y;
+  }
+
+  static at::Tensor op(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
+    static const std::string name = std::string("tierkit::") + Info::name;
+    return run(name.c_str(), x, {&cos, &sin}, interleaved, false);
+  }
+  static at::Tensor backward(const at::Tensor& grad, const at::Tensor& cos, const at::Tensor& sin,
+                             bool interleaved) {
+    static const std::string name = std::string("tierkit::") + Info::backward_name;
+    return run(name.c_str(), grad, {&cos, &sin}, interleaved, true);
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(tierkit, CPU, m) {
+#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES)                                                       \
+  static_assert(TABLES == 2, "the row maps' kernels take two tables (cos, sin)");                         \
+  m.impl(tierkit::map_info::NAME::name, &CpuMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>::op); \
+  m.impl(tierkit::map_info::NAME::backward_name,                                                          \
+         &CpuMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>::backward);
+  TIERKIT_ROW_MAPS(TIERKIT_REGISTER_MAP)
+#undef TIERKIT_REGISTER_MAP
+}
+
+}  // namespace tierkit_torch

@@ -1,0 +1,82 @@
+// What the row maps' kernels share (torch-cpu's CPU kernels, torch-cuda's
+// CUDA ones), for every entry of the kind (TIERKIT_ROW_MAPS): the argument
+// checks and their wording (torch-common's row_maps.map_checks says the
+// same for the fakes), the result dtype, and each table's strides over x's
+// leading dims (core's RowTables: 0 where it broadcasts).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstddef>
+
+#include "tierkit/row_maps.h"
+#include "tierkit_torch/checks.h"
+
+namespace tierkit_torch {
+
+template <typename Info, std::size_t N>
+void check_map(const char* op, const at::Tensor& x, const std::array<const at::Tensor*, N>& tables,
+               c10::DeviceType device) {
+  check_defined(op, x, "x");
+  TORCH_CHECK(x.dim() >= 1, op, ": x: expected a tensor with at least one dimension, got a 0-d tensor");
+  check_first(op, x, "x", device);
+  TORCH_CHECK(x.dim() <= tierkit::kMaxRank, op, ": x: expected at most ", tierkit::kMaxRank,
+              " dimensions, got ", x.dim());
+  for (std::size_t i = 0; i < N; ++i) {
+    const at::Tensor& t = *tables[i];
+    const char* name = Info::tables[i];
+    check_defined(op, t, name);
+    TORCH_CHECK(t.device() == x.device(), op, ": ", name, ": expected device ", x.device(),
+                " (same as x), got ", t.device());
+    check_dtype(op, t, name);
+    TORCH_CHECK(t.dim() >= 1, op, ": ", name,
+                ": expected a tensor with at least one dimension (its last is the rotary width r), got a 0-d "
+                "tensor");
+  }
+  const char* first = Info::tables[0];
+  const auto r = tables[0]->sym_size(-1), d = x.sym_size(-1);
+  TORCH_CHECK(r % 2 == 0 && r <= d, op, ": ", first, ": expected a rotary width r = ", first,
+              ".size(-1) that is ", Info::width_rule, " (", d, "), got ", r);
+  for (std::size_t i = 0; i < N; ++i) {
+    const at::Tensor& t = *tables[i];
+    TORCH_CHECK(t.sym_size(-1) == r, op, ": ", Info::tables[i], ": expected a last dimension of ", r,
+                " (the rotary width, ", first, "'s), got ", t.sym_size(-1));
+    bool ok = t.dim() <= x.dim();
+    for (int64_t k = 2; ok && k <= t.dim(); ++k) {
+      const auto s = t.sym_size(-k);
+      ok = s == 1 || s == x.sym_size(-k);
+    }
+    if (!ok) {
+      std::vector<c10::SymInt> want(x.sym_sizes().begin(), x.sym_sizes().end());
+      want.back() = r;
+      TORCH_CHECK(false, op, ": ", Info::tables[i], ": shape ", t.sym_sizes(),
+                  " does not broadcast against x[..., :", r, "] of shape ", c10::SymIntArrayRef(want));
+    }
+  }
+}
+
+// torch's promotion of x and the tables.
+template <std::size_t N>
+at::ScalarType map_dtype(const at::Tensor& x, const std::array<const at::Tensor*, N>& tables) {
+  at::ScalarType t = x.scalar_type();
+  for (const at::Tensor* p : tables) t = c10::promoteTypes(t, p->scalar_type());
+  return t;
+}
+
+// Each table (contiguous, of x's leading dims' broadcast) as the kernel reads it.
+template <std::size_t N>
+tierkit::kernels::RowTables<N> map_layout(const at::Tensor& x, const std::array<at::Tensor, N>& tables) {
+  tierkit::kernels::RowTables<N> l;
+  l.rank = static_cast<int>(x.dim()) - 1;
+  for (int k = 0; k < l.rank; ++k) l.shape[k] = x.size(k);
+  for (std::size_t i = 0; i < N; ++i) {
+    const at::Tensor& t = tables[i];
+    const int64_t lead = t.dim() - 1, skip = l.rank - lead;
+    for (int k = 0; k < l.rank; ++k)
+      l.strides[i][k] = (k < skip || t.size(k - skip) == 1) ? 0 : t.stride(k - skip);
+  }
+  return l;
+}
+
+}  // namespace tierkit_torch

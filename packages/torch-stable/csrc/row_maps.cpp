@@ -1,0 +1,143 @@
+// The row maps (the op table's third kind, TIERKIT_ROW_MAPS: rotary
+// embeddings) on torch's stable ABI, one template for every entry: the map
+// and its transpose (x's gradient, _<name>_backward). The schemas are the op
+// table's (kRowMapSchemas, defined in ops.cpp), the checks say what
+// tierkit::'s say, and the arithmetic is core's (tierkit/row_maps.h), so
+// results equal tierkit::'s bit for bit. Autograd, fakes and vmap come from
+// Python (torch-common's row_maps.py).
+#include <torch/csrc/stable/library.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stable_tensor.h"
+#include "tierkit/op_table.h"
+#include "tierkit/row_maps.h"
+
+namespace tierkit_stable {
+namespace {
+
+ScalarType scalar_type_of(tierkit::DType d) {
+  switch (d) {
+    case tierkit::DType::Float64: return ScalarType::Double;
+    case tierkit::DType::Float16: return ScalarType::Half;
+    case tierkit::DType::BFloat16: return ScalarType::BFloat16;
+    default: return ScalarType::Float;
+  }
+}
+
+template <typename Info, std::size_t N>
+void check_map(const char* op, const Tensor& x, const std::array<Tensor, N>& tables) {
+  check_defined(op, x, "x");
+  if (x.dim() < 1) fail(op, "x: expected a tensor with at least one dimension, got a 0-d tensor");
+  check_first(op, x, "x");
+  if (x.dim() > tierkit::kMaxRank)
+    fail(op, "x: expected at most " + std::to_string(tierkit::kMaxRank) + " dimensions, got " +
+                 std::to_string(x.dim()));
+  for (std::size_t i = 0; i < N; ++i) {
+    const Tensor& t = tables[i];
+    const std::string name = Info::tables[i];
+    check_defined(op, t, Info::tables[i]);
+    if (!(t.device() == x.device()))
+      fail(op, name + ": expected device " + device_str(x.device()) + " (same as x), got " +
+                   device_str(t.device()));
+    check_dtype(op, t, Info::tables[i]);
+    if (t.dim() < 1)
+      fail(op, name +
+                   ": expected a tensor with at least one dimension (its last is the rotary width r), got a "
+                   "0-d tensor");
+  }
+  const std::string first = Info::tables[0];
+  const auto xs = sizes_of(x);
+  const int64_t r = tables[0].sizes()[tables[0].dim() - 1], d = xs.back();
+  if (r % 2 != 0 || r > d)
+    fail(op, first + ": expected a rotary width r = " + first + ".size(-1) that is " + Info::width_rule +
+                 " (" + std::to_string(d) + "), got " + std::to_string(r));
+  for (std::size_t i = 0; i < N; ++i) {
+    const auto ts = sizes_of(tables[i]);
+    const std::string name = Info::tables[i];
+    if (ts.back() != r)
+      fail(op, name + ": expected a last dimension of " + std::to_string(r) + " (the rotary width, " + first +
+                   "'s), got " + std::to_string(ts.back()));
+    bool ok = ts.size() <= xs.size();
+    for (std::size_t k = 2; ok && k <= ts.size(); ++k) {
+      const int64_t s = ts[ts.size() - k];
+      ok = s == 1 || s == xs[xs.size() - k];
+    }
+    if (!ok) {
+      std::vector<int64_t> want = xs;
+      want.back() = r;
+      fail(op, name + ": shape " + shape_list(ts) + " does not broadcast against x[..., :" +
+                   std::to_string(r) + "] of shape " + shape_list(want));
+    }
+  }
+}
+
+template <typename Info, typename K>
+struct StableMap {
+  static constexpr std::size_t N = K::kTables;
+
+  static Tensor run(const char* op, const Tensor& x_in, const std::array<Tensor, N>& in, bool interleaved,
+                    bool transpose) {
+    check_map<Info>(op, x_in, in);
+    tierkit::DType dt = dtype_of(x_in);
+    for (const Tensor& t : in) dt = tierkit::promote_floating(dt, dtype_of(t));
+    const ScalarType dtype = scalar_type_of(dt);
+    const auto as = [&](const Tensor& t) {
+      const Tensor c = t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
+      return c.is_contiguous() ? c : torch::stable::contiguous(c);
+    };
+    const Tensor x = as(x_in);
+    std::array<Tensor, N> tables = {as(in[0]), as(in[1])};
+    Tensor y = torch::stable::new_empty(x, x.sizes());
+    const auto xs = sizes_of(x);
+    tierkit::kernels::RowTables<N> layout;
+    layout.rank = static_cast<int>(xs.size()) - 1;
+    for (int k = 0; k < layout.rank; ++k) layout.shape[k] = xs[k];
+    for (std::size_t i = 0; i < N; ++i) {
+      const auto ts = sizes_of(tables[i]), st = strides_of(tables[i]);
+      const int skip = layout.rank - (static_cast<int>(ts.size()) - 1);
+      for (int k = 0; k < layout.rank; ++k)
+        layout.strides[i][k] = (k < skip || ts[k - skip] == 1) ? 0 : st[k - skip];
+    }
+    const int64_t d = xs.back(), rows = d == 0 ? 0 : x.numel() / d, r = sizes_of(tables[0]).back();
+    core_check(op, [&] {
+      tierkit::dispatch_accepted(dt, "x", [&](auto tag) {
+        using T = decltype(tag);
+        const T* ptrs[N] = {static_cast<const T*>(tables[0].data_ptr()),
+                            static_cast<const T*>(tables[1].data_ptr())};
+        tierkit::kernels::row_map<K>(static_cast<const T*>(x.data_ptr()), ptrs, layout, rows, d, r,
+                                     interleaved, transpose, static_cast<T*>(y.mutable_data_ptr()),
+                                     RowRunner{});
+      });
+    });
+    return y;
+  }
+
+  static Tensor op(Tensor x, Tensor cos, Tensor sin, bool interleaved) {
+    static const std::string name = std::string("tierkit_stable::") + Info::name;
+    return run(name.c_str(), x, {cos, sin}, interleaved, false);
+  }
+  static Tensor backward(Tensor grad, Tensor cos, Tensor sin, bool interleaved) {
+    static const std::string name = std::string("tierkit_stable::") + Info::backward_name;
+    return run(name.c_str(), grad, {cos, sin}, interleaved, true);
+  }
+};
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY_IMPL(tierkit_stable, CPU, m) {
+#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES)                                 \
+  {                                                                                 \
+    static_assert(TABLES == 2, "the row maps' kernels take two tables (cos, sin)"); \
+    using M = StableMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>;        \
+    m.impl(tierkit::map_info::NAME::name, TORCH_BOX(&M::op));                       \
+    m.impl(tierkit::map_info::NAME::backward_name, TORCH_BOX(&M::backward));        \
+  }
+  TIERKIT_ROW_MAPS(TIERKIT_REGISTER_MAP)
+#undef TIERKIT_REGISTER_MAP
+}
+
+}  // namespace tierkit_stable
