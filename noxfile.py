@@ -103,6 +103,18 @@ def run_cross_tier_tests(session: nox.Session, *args: str) -> None:
     session.run(py, "-m", "pytest", "-q", "-rs", *parallel, str(ROOT / "tests"), *args, external=True)
 
 
+MODELS = "ci/requirements-models.txt"
+
+
+def run_model_tests(session: nox.Session, *args: str) -> None:
+    """tierkit in real transformers model code (packages/torch-cpu/tests-models)."""
+    py = env_with(session, with_deps("torch"), MODELS)
+    session.run(
+        py, "-m", "pytest", "-q", "-rs", str(ROOT / "packages/torch-cpu/tests-models"), *args,
+        external=True, env={**BUILD_ENV, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+
+
 def _tier_session(name: str) -> None:
     @nox.session(name=f"tests-{name}")
     def _tests(session: nox.Session) -> None:
@@ -156,6 +168,16 @@ def tests_torch_next(session: nox.Session) -> None:
     matrix.test_torch_next(session, tuple(session.posargs))
 
 
+@nox.session(name="tests-models")
+def tests_models(session: nox.Session) -> None:
+    """tierkit in real models: Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3 and
+    GPT-2 from tiny random-init configs, patched (tierkit_torch.patch) and
+    kernelized (kernels with tierkit_torch.hub), against stock: values, a
+    training step, generation, compile, export. transformers 5.23 and
+    kernels 0.17.2 from the registry, offline."""
+    run_model_tests(session, *session.posargs)
+
+
 @nox.session(name="tests-cross")
 def tests_cross(session: nox.Session) -> None:
     """Cross-tier tests (tests/): journeys, properties, bad inputs, soaks.
@@ -177,6 +199,8 @@ def tests(session: nox.Session) -> None:
     for name, version in matrix.CI_CELLS:  # tests-stable covered the newest torch
         session.log(f"==== tests-{name}-{version}")
         matrix.test_tier_on_python(session, name, version, ())
+    session.log("==== tests-models")
+    run_model_tests(session)
     session.log("==== tests-cross")
     run_cross_tier_tests(session)
 

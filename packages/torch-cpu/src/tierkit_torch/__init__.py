@@ -24,12 +24,23 @@ if not _loader.jit_requested():
     _loader.load_aot()
     _registrations.register()
 
-from . import allocator, nn, ops
+from . import allocator, models, nn, ops
+from .models import patch
 
 # Every op's typed face (tierkit_torch.ops) also here, as tierkit_torch.<op>.
 globals().update({name: getattr(ops, name) for name in ops.__all__})
 globals().update({name: getattr(nn, name) for name in nn.__all__})  # the modules: RMSNorm, LayerNorm
-__all__ = [*nn.__all__, "allocator", "get_include", "library_path", "nn", "ops", *ops.__all__]
+__all__ = [
+    *nn.__all__,
+    "allocator",
+    "get_include",
+    "library_path",
+    "models",
+    "nn",
+    "ops",
+    "patch",
+    *ops.__all__,
+]
 
 
 def library_path() -> str:

@@ -1,0 +1,163 @@
+"""tierkit in real transformers model code, every family of docs/models.md,
+both ways (``tierkit_torch.patch`` and ``kernels.kernelize`` with
+``tierkit_torch.hub``'s layers), each against the same model unpatched:
+values (fp32, bfloat16, autocast), a training step's loss and gradients,
+greedy generation, torch.compile(fullgraph=True), torch.export with a
+dynamic batch, and the state dict untouched."""
+
+import warnings
+
+import pytest
+import tierkit_torch
+import torch
+from conftest import FAMILIES, ids, pair
+
+ROTARY = {f: f != "gpt2" for f in FAMILIES}
+
+
+WAYS = ["patch", "kernelize"]
+
+
+def patched(model, way="patch", mode=None):
+    """tierkit put into `model`: by patch(), or by kernels.kernelize in `mode` (default: the model's)."""
+    if way == "patch":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # GPT-2's attention and MLP: named, left alone
+            return tierkit_torch.patch(model)
+    kernels = pytest.importorskip("kernels")
+    import tierkit_torch.hub as hub
+
+    if mode is None:
+        mode = kernels.Mode.TRAINING if model.training else kernels.Mode.INFERENCE
+    counts = hub.mark(model)
+    hub.kernelize(model, mode=mode)
+    # kernels falls back to the stock forward silently where a layer does not fit the mode: not here.
+    assert any("tierkit_hub_layers" in getattr(m.forward, "__module__", "") for m in model.modules()), mode
+    return counts
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_counts_and_state_dict_unchanged(family):
+    stock, model = pair(family)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    counts = patched(model)
+    layers = 2
+    assert counts["norm"] >= 2 * layers + 1, counts
+    assert counts["rotary"] == (layers if ROTARY[family] else 0), counts
+    assert counts["mlp"] == (0 if family == "gpt2" else layers), counts
+    after = model.state_dict()
+    assert list(after) == list(before) and all(torch.equal(after[k], before[k]) for k in before)
+    assert patched(model) == counts  # twice is once
+    stock.load_state_dict(after)  # checkpoints load both ways
+    model.load_state_dict(stock.state_dict())
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fp32_logits_and_greedy_generation(family, way):
+    stock, model = pair(family)
+    patched(model, way)
+    x = ids()
+    with torch.no_grad():
+        assert rel(model(x).logits, stock(x).logits) <= 1e-5
+    out_stock = stock.generate(x[:1], max_new_tokens=8, do_sample=False, pad_token_id=0)
+    out_ours = model.generate(x[:1], max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(out_ours, out_stock)
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_training_step_loss_and_every_gradient(family, way):
+    stock, model = pair(family)
+    stock.train(), model.train()
+    patched(model, way)
+    x = ids()
+    losses, grads = [], []
+    for m in (stock, model):
+        torch.manual_seed(5)  # the same dropout masks (GPT-2's) on both sides
+        out = m(x, labels=x)
+        out.loss.backward()
+        losses.append(out.loss.item())
+        grads.append({n: p.grad for n, p in m.named_parameters() if p.grad is not None})
+    assert abs(losses[0] - losses[1]) <= 1e-5 * abs(losses[0])
+    assert grads[0].keys() == grads[1].keys()
+    for name, g in grads[0].items():
+        assert rel(grads[1][name], g) <= 1e-4, name
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bfloat16_no_worse_than_stock_and_autocast(family, way):
+    ref, _ = pair(family)
+    x = ids()
+    with torch.no_grad():
+        exact = ref(x).logits
+    stock, model = pair(family)
+    stock, model = stock.to(torch.bfloat16), model.to(torch.bfloat16)
+    patched(model, way)
+    with torch.no_grad():
+        err_stock = rel(stock(x).logits, exact)
+        err_ours = rel(model(x).logits, exact)
+    assert err_ours <= err_stock * 1.25 + 1e-3, (err_ours, err_stock)
+    # float32 weights under bfloat16 autocast: runs, and matches stock under autocast.
+    stock, model = pair(family)
+    patched(model, way)
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        a, b = stock(x).logits, model(x).logits
+    assert rel(b, a) <= 2e-2, rel(b, a)
+    assert rel(b, exact) <= rel(a, exact) * 1.25 + 1e-3
+
+
+@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compile_fullgraph_and_export_dynamic_batch(family, way):
+    _, model = pair(family)
+    if way == "kernelize":
+        kernels = pytest.importorskip("kernels")
+        patched(model, way, kernels.Mode.INFERENCE | kernels.Mode.TORCH_COMPILE)
+    else:
+        patched(model, way)
+    x = ids()
+    with torch.no_grad():
+        eager = model(x).logits
+        compiled = torch.compile(model, fullgraph=True)
+        torch.testing.assert_close(compiled(x).logits, eager, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids, use_cache=False).logits
+
+    batch = torch.export.Dim("batch", min=1, max=16)
+    ep = torch.export.export(Logits(model), (x,), dynamic_shapes=({0: batch},), strict=False)
+    x3 = ids(batch=3, seed=4)
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x3), model(x3, use_cache=False).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_kernelize_puts_tierkits_layers_in_and_only_in_the_marked_model(family):
+    kernels = pytest.importorskip("kernels")
+    import tierkit_torch.hub as hub
+
+    stock, model = pair(family)
+    counts = patched(model, "kernelize")
+    assert counts["norm"] >= 5 and counts["rotary"] == (2 if ROTARY[family] else 0), counts
+    norms = [m for m in model.modules() if getattr(m, "_tierkit_hub", False)]
+    assert norms and all(type(m.forward.__self__) is type(m) for m in norms)
+    assert all("tierkit_hub_layers" in m.forward.__func__.__module__ for m in norms)
+    # The unmarked stock model of the same classes keeps its own forwards, even kernelized with the mapping.
+    with kernels.use_kernel_mapping(hub.mapping()):
+        kernels.kernelize(stock, device="cpu", mode=kernels.Mode.INFERENCE)
+    assert not any("tierkit_hub_layers" in getattr(m.forward, "__module__", "") for m in stock.modules())
+    for module in model.modules():
+        for func in module.__dict__.get("_kernel_funcs", {}).values():
+            assert "tierkit_hub_layers" in func.forward.__func__.__module__
