@@ -40,6 +40,10 @@ def rel(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
+def rms(a, b):
+    return ((a.float() - b.float()).pow(2).mean().sqrt() / b.float().pow(2).mean().sqrt()).item()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_counts_and_state_dict_unchanged(family):
     stock, model = pair(family)
@@ -92,24 +96,26 @@ def test_training_step_loss_and_every_gradient(family, way):
 @pytest.mark.parametrize("way", WAYS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bfloat16_no_worse_than_stock_and_autocast(family, way):
+    """The RMS error of every logit of 8 x 32 tokens against the fp32 model (a
+    maximum over one sample moves by tens of percent with the inputs; the RMS
+    by about 1%): at most stock bfloat16's, within that 2%."""
     ref, _ = pair(family)
-    x = ids()
+    x = ids(batch=8, seq=32, seed=11)
     with torch.no_grad():
         exact = ref(x).logits
     stock, model = pair(family)
     stock, model = stock.to(torch.bfloat16), model.to(torch.bfloat16)
     patched(model, way)
     with torch.no_grad():
-        err_stock = rel(stock(x).logits, exact)
-        err_ours = rel(model(x).logits, exact)
-    assert err_ours <= err_stock * 1.25 + 1e-3, (err_ours, err_stock)
+        err_stock, err_ours = rms(stock(x).logits, exact), rms(model(x).logits, exact)
+    assert err_ours <= err_stock * 1.02, (err_ours, err_stock)
     # float32 weights under bfloat16 autocast: runs, and matches stock under autocast.
     stock, model = pair(family)
     patched(model, way)
     with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
         a, b = stock(x).logits, model(x).logits
     assert rel(b, a) <= 2e-2, rel(b, a)
-    assert rel(b, exact) <= rel(a, exact) * 1.25 + 1e-3
+    assert rms(b, exact) <= rms(a, exact) * 1.02, (rms(b, exact), rms(a, exact))
 
 
 @pytest.mark.parametrize("way", WAYS)

@@ -19,6 +19,7 @@ from . import (
     gpu,
     kernels,
     maps,
+    models,
     percall,
     rows,
     silu,
@@ -41,6 +42,7 @@ SECTIONS = {
     "silu": silu,
     "rows": rows,
     "maps": maps,
+    "models": models,
     "entries": entries,
 }
 
