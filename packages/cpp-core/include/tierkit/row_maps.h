@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
@@ -27,10 +28,37 @@ namespace tierkit::kernels {
 // pair. Columns from r on pass through.
 struct Rotary {
   static constexpr std::size_t kTables = 2;
+  // 16-bit rows go through float blocks of this many columns (every head_dim
+  // models use fits one): widened once, computed by the float loop (which the
+  // compiler vectorizes; per element, the 16-bit conversions do not), narrowed once.
+  static constexpr std::int64_t kBlock = 1024;
 
   template <typename T>
   static void row(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r, bool interleaved,
                   bool transpose, T* y) {
+    if constexpr (!std::is_same_v<compute_t<T>, T>) {
+      if (r <= kBlock) {
+        float xf[kBlock], cf[kBlock], sf[kBlock], yf[kBlock];
+        for (std::int64_t j = 0; j < r; ++j) {
+          xf[j] = load_compute(x + j);
+          cf[j] = load_compute(c + j);
+          sf[j] = load_compute(s + j);
+        }
+        // Every column the float loop reads, [0, r), was written above; GCC cannot see it through r.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+        row<float>(xf, cf, sf, r, r, interleaved, transpose, yf);
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+        for (std::int64_t j = 0; j < r; ++j) store_compute(y + j, yf[j]);
+        if (y != x)
+          for (std::int64_t j = r; j < d; ++j) y[j] = x[j];
+        return;
+      }
+    }
     using C = compute_t<T>;
     const std::int64_t h = r / 2;
     // pair (a, b) at (ia, ib): forward [ca a - sa b, sb a + cb b]; transpose [ca a + sb b, cb b - sa a].

@@ -66,10 +66,14 @@ def arrange(
     return (weight, *rest), None
 
 
-def register_row_casting(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any) -> None:
+def register_row_casting(
+    torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any, composites: bool = True
+) -> None:
     """The ``.casting`` overloads of every entry with ``casting`` in `ns`,
-    as composites of its plain overloads; the plain op's checks run first, so
-    a bad argument is named as the plain op names it."""
+    as composites of its plain overloads (the plain op's checks run first, so
+    a bad argument is named as the plain op names it), and their batch rules.
+    ``composites=False``: the namespace's library registers the composites
+    itself (tierkit::, in C++: csrc/row_casting.cpp), only the batch rules here."""
     check, same = row_checks(torch, accepted_dtypes)
     ops = getattr(torch.ops, ns)
 
@@ -108,7 +112,8 @@ def register_row_casting(torch: Any, ns: str, accepted_dtypes: Sequence[str], li
         if entry.fused_add:
             kernels.update({entry.add_name: add, entry.add_name + "_": add_})
         for name, fn in kernels.items():
-            lib.impl(f"{name}.casting", fn, "CompositeImplicitAutograd")
+            if composites:
+                lib.impl(f"{name}.casting", fn, "CompositeImplicitAutograd")
             # vmap does not decompose a composite (it would take the slow
             # fallback), so each overload has a batch rule of its own.
             torch.library.register_vmap(

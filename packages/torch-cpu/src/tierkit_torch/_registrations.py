@@ -1,6 +1,7 @@
 """Python-side registrations for the tierkit ops: fake (meta) kernels, vmap
-rules (_vmap.py), DTensor sharding (_sharding.py) and the norms' casting
-modes (torch-common's casting: composites over the plain ops).
+rules (_vmap.py), DTensor sharding (_sharding.py), and the batch rules of
+the norms' casting modes (torch-common's casting; their composites are C++,
+csrc/row_casting.cpp).
 
 The fake kernels are core's generic ones (tierkit_torch_common.fake, shared with
 torch-stable), registered against the schemas the C++ library defined: the
@@ -35,7 +36,7 @@ def register() -> None:
     register_fake_kernels(torch, "tierkit", accepted)
     register_row_fakes(torch, "tierkit", accepted)
     _lib = torch.library.Library("tierkit", "IMPL")
-    register_row_casting(torch, "tierkit", accepted, _lib)
+    register_row_casting(torch, "tierkit", accepted, _lib, composites=False)  # the composites: C++
     register_row_maps(torch, "tierkit", accepted, _lib)  # the row maps' fakes, autograd and vmap
     _vmap.register()
     _rows.register_vmap()
