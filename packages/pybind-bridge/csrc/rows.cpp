@@ -167,13 +167,7 @@ Buffer converted(const tierkit::TensorView& v, tierkit::DType dtype) {
 // kCastingModes; torch-common's casting.py arranges the same for the torch
 // tiers): the entry's plain forward with the weight and one product arranged.
 const tierkit::CastingMode& casting_mode_of(const std::string& op, const py::handle& name) {
-  std::string names;
-  const std::size_t n = std::size(tierkit::kCastingModes);
-  for (std::size_t i = 0; i < n; ++i)
-    names += std::string(i == 0       ? ""
-                         : i + 1 == n ? " or "
-                                      : ", ") +
-             '"' + tierkit::kCastingModes[i].name + '"';
+  const std::string names = tierkit::kCastingModeNames;
   if (!PyUnicode_Check(name.ptr()))
     throw py::type_error(op + "casting_mode: expected a str (" + names + "), got " +
                          std::string(py::str(py::type::handle_of(name).attr("__name__"))));

@@ -31,14 +31,8 @@ c10::TypedOperatorHandle<Sig> handle(const char* name) {
 const tierkit::CastingMode& mode_of(const char* op, c10::string_view name) {
   for (const tierkit::CastingMode& m : tierkit::kCastingModes)
     if (name == m.name) return m;
-  std::string names;
-  const std::size_t n = std::size(tierkit::kCastingModes);
-  for (std::size_t i = 0; i < n; ++i)
-    names += std::string(i == 0       ? ""
-                         : i + 1 == n ? " or "
-                                      : ", ") +
-             '"' + tierkit::kCastingModes[i].name + '"';
-  TORCH_CHECK(false, op, ": casting_mode: expected ", names, ", got '", std::string(name), "'");
+  TORCH_CHECK(false, op, ": casting_mode: expected ", tierkit::kCastingModeNames, ", got '",
+              std::string(name), "'");
 }
 
 // Python's repr of a float (1.0, 0.5, 1e-06): the messages read as torch-common's.

@@ -32,20 +32,14 @@ struct CpuMap {
 
   static at::Tensor run(const char* op, const at::Tensor& x_in, const std::array<const at::Tensor*, N>& in,
                         bool interleaved, bool transpose) {
-    check_map<Info>(op, x_in, in, c10::DeviceType::CPU);
-    const at::ScalarType dtype = map_dtype(x_in, in);
-    const at::Tensor x = x_in.to(dtype).contiguous();
-    std::array<at::Tensor, N> tables;
-    for (std::size_t i = 0; i < N; ++i) tables[i] = in[i]->to(dtype).contiguous();
-    at::Tensor y = warm_empty(x.sizes(), x.options());
-    const auto layout = map_layout(x, tables);
-    const int64_t d = x.size(-1), rows = d == 0 ? 0 : x.numel() / d, r = tables[0].size(-1);
-    tierkit::dispatch_accepted(to_core_dtype(dtype), "x", [&](auto tag) {
+    const MapOperands<Info, N> m(op, x_in, in, c10::DeviceType::CPU);
+    at::Tensor y = warm_empty(m.x.sizes(), m.x.options());
+    tierkit::dispatch_accepted(to_core_dtype(m.dtype), "x", [&](auto tag) {
       using T = decltype(tag);
       const T* ptrs[N];
-      for (std::size_t i = 0; i < N; ++i) ptrs[i] = static_cast<const T*>(tables[i].const_data_ptr());
-      tierkit::kernels::row_map<K>(static_cast<const T*>(x.const_data_ptr()), ptrs, layout, rows, d, r,
-                                   interleaved, transpose, static_cast<T*>(y.mutable_data_ptr()),
+      for (std::size_t i = 0; i < N; ++i) ptrs[i] = static_cast<const T*>(m.tables[i].const_data_ptr());
+      tierkit::kernels::row_map<K>(static_cast<const T*>(m.x.const_data_ptr()), ptrs, m.layout, m.rows, m.d,
+                                   m.r, interleaved, transpose, static_cast<T*>(y.mutable_data_ptr()),
                                    AtenRunner{});
     });
     return y;

@@ -25,25 +25,22 @@ template <typename Info, MapKind Kind>
 struct CudaMap {
   static at::Tensor run(const char* op, const at::Tensor& x_in, const std::array<const at::Tensor*, 2>& in,
                         bool interleaved, bool transpose) {
-    tt::check_map<Info>(op, x_in, in, c10::DeviceType::CUDA);
+    const tt::MapOperands<Info, 2> m(op, x_in, in, c10::DeviceType::CUDA);  // checked first: on x's device
     const c10::cuda::CUDAGuard guard(x_in.device());
-    const at::ScalarType dtype = tt::map_dtype(x_in, in);
-    const at::Tensor x = x_in.to(dtype).contiguous();
-    const std::array<at::Tensor, 2> tables = {in[0]->to(dtype).contiguous(), in[1]->to(dtype).contiguous()};
-    at::Tensor y = at::empty(x.sizes(), x.options());
+    at::Tensor y = at::empty(m.x.sizes(), m.x.options());
     MapArgs a{};
-    a.x = x.const_data_ptr();
-    a.table0 = tables[0].const_data_ptr();
-    a.table1 = tables[1].const_data_ptr();
+    a.x = m.x.const_data_ptr();
+    a.table0 = m.tables[0].const_data_ptr();
+    a.table1 = m.tables[1].const_data_ptr();
     a.y = y.mutable_data_ptr();
-    a.d = x.size(-1);
-    a.rows = a.d == 0 ? 0 : x.numel() / a.d;
-    a.r = tables[0].size(-1);
+    a.rows = m.rows;
+    a.d = m.d;
+    a.r = m.r;
     a.interleaved = interleaved;
     a.transpose = transpose;
-    a.layout = tt::map_layout(x, tables);
-    launch_row_map(Kind, tt::core_dtype_info(dtype)->dtype, a,
-                   c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
+    a.layout = m.layout;
+    launch_row_map(Kind, tt::core_dtype_info(m.dtype)->dtype, a,
+                   c10::cuda::getCurrentCUDAStream(m.x.get_device()).stream());
     return y;
   }
   static at::Tensor op(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {

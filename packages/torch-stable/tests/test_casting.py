@@ -10,10 +10,5 @@ from tierkit_torch_common.casting_suite import *  # noqa: F403  (the shared test
 
 
 @pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(0)
-
-
-@pytest.fixture
 def ops():
     return torch.ops.tierkit_stable

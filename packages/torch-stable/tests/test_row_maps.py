@@ -9,10 +9,5 @@ from tierkit_torch_common.map_suite import *  # noqa: F403  (the shared tests, c
 
 
 @pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(0)
-
-
-@pytest.fixture
 def ops():
     return torch.ops.tierkit_stable

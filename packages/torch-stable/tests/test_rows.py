@@ -14,11 +14,6 @@ from tierkit_torch_common.row_suite import ENTRIES, make, make_params
 
 
 @pytest.fixture
-def gen():
-    return torch.Generator().manual_seed(0)
-
-
-@pytest.fixture
 def ops():
     return torch.ops.tierkit_stable
 

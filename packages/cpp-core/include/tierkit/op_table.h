@@ -70,6 +70,8 @@ struct CastingMode {
   bool weight_in_compute;
   bool rounds_normalized;
 };
+// Their names as the checks list them: "aten", "llama" or "gemma".
+inline constexpr const char* kCastingModeNames = "\"aten\", \"llama\" or \"gemma\"";
 inline constexpr CastingMode kCastingModes[] = {
     {"aten", false, false},
     {"llama", false, true},
@@ -387,6 +389,24 @@ struct rotary_embedding {
   static constexpr const char* doc = "rotary position embedding over the last dim: x_r * cos + rotate(x_r) * sin on the first r = cos.size(-1) columns (rotate: NeoX's rotate_half, or GPT-J's pairs when interleaved), the rest passed through";
   static constexpr std::array<const char*, 2> tables = {"cos", "sin"};
   static constexpr const char* width_rule = "even, at most x.size(-1)";
+  // The value on the first r columns and input i's gradient (0: x, then the
+  // tables; x's on the first r columns) from grad; f gives mapped, rotate,
+  // rotate_t and sum_to over T for the call's width and flags.
+  template <typename F, typename T>
+  static T reference(const F& f, const T& x, const T& cos, const T& sin) {
+    (void)f; (void)cos; (void)sin;
+    return f.mapped(x) * cos + f.rotate(f.mapped(x)) * sin;
+  }
+  template <typename F, typename T>
+  static T gradient(const F& f, std::size_t i, const T& grad, const T& x, const T& cos, const T& sin) {
+    (void)f; (void)grad; (void)x; (void)cos; (void)sin;
+    switch (i) {
+      case 0: return f.mapped(grad) * cos + f.rotate_t(f.mapped(grad) * sin);
+      case 1: return f.sum_to(f.mapped(grad) * f.mapped(x), cos);
+      case 2: return f.sum_to(f.mapped(grad) * f.rotate(f.mapped(x)), sin);
+      default: return T();
+    }
+  }
 };
 
 }  // namespace map_info

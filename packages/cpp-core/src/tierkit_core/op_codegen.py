@@ -176,7 +176,25 @@ struct {r.name} {{
 """
 
 
+def _join_names(modes) -> str:
+    names = [f'"{m.name}"' for m in modes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _map_calls(formula: str) -> str:
+    """A row map's formula's function calls as calls on the tier's functions object `f`."""
+    return re.sub(r"\b(mapped|rotate_t|rotate|sum_to)\(", r"f.\1(", formula)
+
+
 def _map_info(m: RowMap) -> str:
+    tables = ", ".join(f"const T& {t}" for t in m.tables)
+    unused = " ".join(f"(void){t};" for t in m.tables)
+    inputs = ("x", *m.tables)
+    cases = "\n".join(
+        f"      case {i}: return {_map_calls(m.derivatives[n])};"
+        for i, n in enumerate(inputs)
+        if n in m.derivatives
+    )
     return f"""\
 // {m.schema}: {m.doc}
 struct {m.name} {{
@@ -186,6 +204,22 @@ struct {m.name} {{
   static constexpr const char* doc = "{_c_text(m.doc)}";
   static constexpr std::array<const char*, {len(m.tables)}> tables = {{{_strs(m.tables)}}};
   static constexpr const char* width_rule = "{_c_text(m.width_rule)}";
+  // The value on the first r columns and input i's gradient (0: x, then the
+  // tables; x's on the first r columns) from grad; f gives mapped, rotate,
+  // rotate_t and sum_to over T for the call's width and flags.
+  template <typename F, typename T>
+  static T reference(const F& f, const T& x, {tables}) {{
+    (void)f; {unused}
+    return {_map_calls(m.reference)};
+  }}
+  template <typename F, typename T>
+  static T gradient(const F& f, std::size_t i, const T& grad, const T& x, {tables}) {{
+    (void)f; (void)grad; (void)x; {unused}
+    switch (i) {{
+{cases}
+      default: return T();
+    }}
+  }}
 }};
 """
 
@@ -254,6 +288,8 @@ struct CastingMode {{
   bool weight_in_compute;
   bool rounds_normalized;
 }};
+// Their names as the checks list them: "aten", "llama" or "gemma".
+inline constexpr const char* kCastingModeNames = "{_c_text(_join_names(CASTING_MODES))}";
 inline constexpr CastingMode kCastingModes[] = {{
 {chr(10).join(f'    {{"{m.name}", {str(m.weight_in == "compute").lower()}, {str(m.rounds_normalized).lower()}}},' for m in CASTING_MODES)}
 }};

@@ -241,12 +241,19 @@ def test_map_errors_name_the_argument(ops, entry, device):
         with pytest.raises(RuntimeError, match=re.escape(text)) as info:
             call(ops, entry, *args, False)
         assert str(info.value).startswith(f"{name}: ") or name in str(info.value), str(info.value)
-    # torch.func's differentiating transforms are refused, not silently wrong
-    # (the autograd is Python, below them); torch.autograd works (above).
+    # torch.func's differentiating transforms give eager's gradient (a C++
+    # autograd node: tierkit::) or are refused, never silently wrong (a Python
+    # one, which runs below them: tierkit_stable::); torch.autograd works in both.
     if device == "cpu":
         cos, sin = rope_tables(5, 8, torch.float32)
-        with pytest.raises(RuntimeError, match=r"torch\.func transforms that differentiate"):
-            torch.func.grad(lambda a: call(ops, entry, a, cos, sin, False).sum())(torch.ones(5, 8))
+        a = torch.randn(5, 8, generator=torch.Generator().manual_seed(2))
+        want = torch.func.grad(lambda t: (eager(t, cos, sin) ** 2).sum())(a)
+        try:
+            got = torch.func.grad(lambda t: (call(ops, entry, t, cos, sin, False) ** 2).sum())(a)
+        except RuntimeError as e:
+            assert "torch.func transforms that differentiate" in str(e), str(e)
+        else:
+            torch.testing.assert_close(got, want)
     # With grad, the same errors, naming the op called.
     x = torch.ones(2, 5, 8, device=device, requires_grad=True)
     with pytest.raises(RuntimeError, match=f"{name}: cos: expected a rotary width"):

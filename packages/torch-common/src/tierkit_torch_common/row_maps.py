@@ -238,10 +238,15 @@ def _function(torch: Any, ns: str, entry: RowMap) -> type:
     return MapFunction
 
 
-def register_row_maps(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any) -> None:
-    """Fakes, autograd and vmap rules for every row map in `ns` (kernels: the tier's)."""
+def register_row_maps(
+    torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any, autograd: bool = True
+) -> None:
+    """Fakes, autograd and vmap rules for every row map in `ns` (kernels: the
+    tier's). ``autograd=False``: the namespace's library has its own
+    (tierkit::'s, in C++: csrc/row_map_autograd.cpp), only fakes and vmap here."""
     check = map_checks(torch, accepted_dtypes)
     ops = getattr(torch.ops, ns)
+    with_autograd = autograd
     for entry in ROW_MAPS:
         n = len(entry.tables)
         fn = _function(torch, ns, entry)
@@ -262,7 +267,7 @@ def register_row_maps(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: 
         torch.library.register_fake(name, fake, lib=lib)
         torch.library.register_fake(bname, fake_backward, lib=lib)
 
-        def autograd(x, *rest, _e=entry, _n=n, _fn=fn, _op=op, _name=name, **kwargs):
+        def autograd_kernel(x, *rest, _e=entry, _n=n, _fn=fn, _op=op, _name=name, **kwargs):
             args = _positional(_e, rest, kwargs)
             if not _needs_derivative(torch, (x, *args[:_n])):
                 with torch._C._AutoDispatchBelowAutograd():
@@ -287,8 +292,9 @@ def register_row_maps(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: 
             with torch._C._AutoDispatchBelowAutograd():
                 return _op(grad, *rest)
 
-        lib.impl(entry.name, autograd, "Autograd")
-        lib.impl(entry.backward_name, autograd_backward, "Autograd")
+        if with_autograd:
+            lib.impl(entry.name, autograd_kernel, "Autograd")
+            lib.impl(entry.backward_name, autograd_backward, "Autograd")
         torch.library.register_vmap(name, _batch_rule(torch, op, n), lib=lib)
         torch.library.register_vmap(bname, _batch_rule(torch, backward_op, n), lib=lib)
 

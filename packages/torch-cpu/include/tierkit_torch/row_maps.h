@@ -79,4 +79,28 @@ tierkit::kernels::RowTables<N> map_layout(const at::Tensor& x, const std::array<
   return l;
 }
 
+// A call's operands as both backends' kernels read them: checked (naming
+// `op`), in the inputs' promotion, contiguous, with the tables' layout and
+// the rows' sizes.
+template <typename Info, std::size_t N>
+struct MapOperands {
+  at::ScalarType dtype;
+  at::Tensor x;
+  std::array<at::Tensor, N> tables;
+  tierkit::kernels::RowTables<N> layout;
+  int64_t rows = 0, d = 0, r = 0;
+
+  MapOperands(const char* op, const at::Tensor& x_in, const std::array<const at::Tensor*, N>& in,
+              c10::DeviceType device) {
+    check_map<Info>(op, x_in, in, device);
+    dtype = map_dtype(x_in, in);
+    x = x_in.to(dtype).contiguous();
+    for (std::size_t i = 0; i < N; ++i) tables[i] = in[i]->to(dtype).contiguous();
+    layout = map_layout(x, tables);
+    d = x.size(-1);
+    rows = d == 0 ? 0 : x.numel() / d;
+    r = tables[0].size(-1);
+  }
+};
+
 }  // namespace tierkit_torch

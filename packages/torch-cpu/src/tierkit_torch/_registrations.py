@@ -37,7 +37,7 @@ def register() -> None:
     register_row_fakes(torch, "tierkit", accepted)
     _lib = torch.library.Library("tierkit", "IMPL")
     register_row_casting(torch, "tierkit", accepted, _lib, composites=False)  # the composites: C++
-    register_row_maps(torch, "tierkit", accepted, _lib)  # the row maps' fakes, autograd and vmap
+    register_row_maps(torch, "tierkit", accepted, _lib, autograd=False)  # fakes, vmap; autograd: C++
     _vmap.register()
     _rows.register_vmap()
     _sharding.install()

@@ -52,11 +52,17 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
-def _family_of(model: torch.nn.Module) -> Family | None:
-    """The longest prefix of the model's class name (Gemma3ForCausalLM: Gemma3, not Gemma)."""
+def _family_of(model: torch.nn.Module, who: str) -> Family:
+    """The longest prefix of the model's class name (Gemma3ForCausalLM: Gemma3,
+    not Gemma), or the error `who` raises for a model of no known family."""
     name = type(model).__name__
     known = [f for f in FAMILIES if name.startswith(f.prefix)]
-    return max(known, key=lambda f: len(f.prefix)) if known else None
+    if not known:
+        names = ", ".join(f.prefix for f in FAMILIES)
+        raise ValueError(
+            f"{who}: model: expected a transformers model of a known family ({names}), got {name}"
+        )
+    return max(known, key=lambda f: len(f.prefix))
 
 
 def _gate_kind(act: Any) -> str | None:
@@ -145,13 +151,7 @@ def patch(model: torch.nn.Module) -> dict[str, int]:
     how many it replaced of each kind (``{"norm": n, "mlp": n, "rotary":
     n}``); modules it does not know are left alone and named in a warning.
     Patching twice is the same as once."""
-    family = _family_of(model)
-    if family is None:
-        names = ", ".join(f.prefix for f in FAMILIES)
-        raise ValueError(
-            f"tierkit_torch.patch: model: expected a transformers model of a known family ({names}), "
-            f"got {type(model).__name__}"
-        )
+    family = _family_of(model, "tierkit_torch.patch")
     counts = {"norm": 0, "mlp": 0, "rotary": 0}
     skipped: set[str] = set()
     p = family.prefix

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..models import FAMILIES, _family_of, _rotary_global, _with_rotary
+from ..models import _family_of, _rotary_global, _with_rotary
 
 __all__ = ["kernelize", "mapping", "mark", "repo_path"]
 
@@ -73,13 +73,7 @@ def mark(model: torch.nn.Module) -> dict[str, int]:
     counts per kind, as ``tierkit_torch.patch``."""
     from kernels import replace_kernel_forward_from_hub, use_kernel_forward_from_hub
 
-    family = _family_of(model)
-    if family is None:
-        names = ", ".join(f.prefix for f in FAMILIES)
-        raise ValueError(
-            f"tierkit_torch.hub.mark: model: expected a transformers model of a known family ({names}), "
-            f"got {type(model).__name__}"
-        )
+    family = _family_of(model, "tierkit_torch.hub.mark")
     counts = {"norm": 0, "rotary": 0}
     p = family.prefix
     norm_name = "GemmaRMSNorm" if family.casting_mode == "gemma" else "RMSNorm"

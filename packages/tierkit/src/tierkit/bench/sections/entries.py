@@ -1,4 +1,4 @@
-"""13. Every entry of the op table against its own formula: eager, torch.compile and numpy."""
+"""15. Every entry of the op table against its own formula: eager, torch.compile and numpy."""
 
 from __future__ import annotations
 
