@@ -3,7 +3,7 @@
 // long double references, the edge cases, and determinism across thread
 // counts and Runner chunkings. The LayerNorm* tests run again with
 // TIERKIT_SIMD=avx2 and =baseline (CMakeLists.txt): every SIMD copy, the
-// 16-bit chunked one included, gives the same bits.
+// vector rows of float and the 16-bit types included, gives the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tierkit/row_functors.h"
@@ -204,8 +206,8 @@ TYPED_TEST(LayerNorm, BitIdenticalForAnyRunner) {
   }
 }
 
-// Whatever copy the CPU's level dispatches to (AVX-512, AVX2, the 16-bit
-// chunked rows), its bits are the plain scalar rows', called directly here.
+// Whatever copy the CPU's level dispatches to (AVX-512, AVX2: the vector
+// rows), its bits are the plain scalar rows', called directly here.
 TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
   using T = TypeParam;
   using Scalar = k::detail::LayerNormRows<T>;
@@ -231,6 +233,78 @@ TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
       EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "d " << d;
       EXPECT_EQ(as_bits(db), as_bits(db_s)) << "d " << d;
     }
+  }
+}
+
+// Outputs of whole 64-byte rows on 64-byte boundaries, as the vector rows
+// write with non-temporal stores where TIERKIT_STREAMING_STORES=on (the
+// RowKinds.streaming_stores CTest entry; beyond the cache otherwise): the
+// bits of the scalar rows, for both kinds, every dtype and every form.
+template <typename T>
+struct Aligned64 {
+  std::vector<T> storage;
+  T* p;
+  explicit Aligned64(const std::vector<T>& v) : storage(v.size() + 64 / sizeof(T)) {
+    void* raw = storage.data();
+    std::size_t space = storage.size() * sizeof(T);
+    p = static_cast<T*>(std::align(64, v.size() * sizeof(T), raw, space));
+    std::copy(v.begin(), v.end(), p);
+  }
+  std::vector<T> vec(std::size_t n) const { return std::vector<T>(p, p + n); }
+};
+
+TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
+  using T = TypeParam;
+  for (const Shape& s : {Shape{6, 64}, Shape{5, 256}, Shape{3, 4096}}) {
+    const std::int64_t rows = s.rows, d = s.d;
+    const std::size_t n = static_cast<std::size_t>(rows * d);
+    const auto x = random_vec<T>(n, 31 + d, 2.f), r = random_vec<T>(n, 32 + d), g = random_vec<T>(n, 33 + d);
+    const auto w = random_vec<T>(d, 34, 1.f, 0.5f), b = random_vec<T>(d, 35);
+    const std::vector<T> zeros(n);
+    Aligned64<T> y(zeros), h(zeros), dx(zeros);
+    // Under TIERKIT_STREAMING_STORES=on at a vector level these rows do stream.
+    const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
+    if (mode && std::string(mode) == "on" && !std::is_same_v<T, double> &&
+        k::detail::simd_level() != k::detail::SimdLevel::Baseline && k::detail::cpu_has_16bit_simd()) {
+      EXPECT_TRUE(k::detail::row_streams(y.p, 0, rows, d, 2)) << "d " << d;
+    }
+    std::vector<T> y_s(n), h_s(n), dx_s(n);
+    std::vector<C<T>> st(2 * rows), st_s(2 * rows), dw(d), dw_s(d, 0), db(d), db_s(d, 0);
+    // LayerNorm: forward, the residual form, backward with every gradient.
+    const k::RowParams<T> p{w.data(), b.data()};
+    k::row_forward<k::LayerNorm>(x.data(), p, 1e-5, rows, d, y.p, st.data(), k::PoolRunner{1});
+    k::detail::LayerNormRows<T>::forward(x.data(), p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "layer_norm d " << d;
+    k::row_add_forward<k::LayerNorm>(x.data(), r.data(), p, 1e-5, rows, d, y.p, h.p, st.data(),
+                                     k::PoolRunner{1});
+    k::detail::LayerNormRows<T>::add_forward(x.data(), r.data(), p, 1e-5, d, 0, rows, y_s.data(), h_s.data(),
+                                             st_s.data());
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_layer_norm d " << d;
+    EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_layer_norm h, d " << d;
+    k::row_backward<k::LayerNorm>(g.data(), x.data(), p, st.data(), rows, d, dx.p, dw.data(), db.data(),
+                                  k::PoolRunner{1});
+    k::detail::LayerNormRows<T>::backward(g.data(), x.data(), p, st_s.data(), d, 0, rows, dx_s.data(),
+                                          dw_s.data(), db_s.data());
+    EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << "layer_norm dx, d " << d;
+    EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "layer_norm dw, d " << d;
+    // RMSNorm: the same three forms.
+    const k::RowParams<T> pw{w.data(), nullptr};
+    std::fill(dw_s.begin(), dw_s.end(), C<T>(0));
+    k::row_forward<k::RmsNorm>(x.data(), pw, 1e-5, rows, d, y.p, st.data(), k::PoolRunner{1});
+    k::detail::RmsNormRows<T>::forward(x.data(), pw, 1e-5, d, 0, rows, y_s.data(), st_s.data());
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "rms_norm d " << d;
+    k::row_add_forward<k::RmsNorm>(x.data(), r.data(), pw, 1e-5, rows, d, y.p, h.p, st.data(),
+                                   k::PoolRunner{1});
+    k::detail::RmsNormRows<T>::add_forward(x.data(), r.data(), pw, 1e-5, d, 0, rows, y_s.data(), h_s.data(),
+                                           st_s.data());
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_rms_norm d " << d;
+    EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_rms_norm h, d " << d;
+    k::row_backward<k::RmsNorm>(g.data(), x.data(), pw, st.data(), rows, d, dx.p, dw.data(), nullptr,
+                                k::PoolRunner{1});
+    k::detail::RmsNormRows<T>::backward(g.data(), x.data(), pw, st_s.data(), d, 0, rows, dx_s.data(),
+                                        dw_s.data(), nullptr);
+    EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << "rms_norm dx, d " << d;
+    EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "rms_norm dw, d " << d;
   }
 }
 

@@ -45,7 +45,7 @@ def test_cxx_flags_match_the_cmake_target():
 
     cmake = (ROOT / "packages/cpp-core/CMakeLists.txt").read_text()
     options = cmake.split("target_compile_options(tierkit_core INTERFACE", 1)[1].split("\n)", 1)[0]
-    assert sorted(re.findall(r":(-f[\w=-]+)>", options)) == sorted(tierkit_core.cxx_flags())
+    assert sorted(re.findall(r":(-[fW][\w=-]+)>", options)) == sorted(tierkit_core.cxx_flags())
     assert "-ffp-contract=off" in tierkit_core.cxx_flags()
 
 

@@ -2,12 +2,12 @@
 // table (tierkit_core/op_table.py), kept apart from the loops that run them
 // (tierkit/row_kernels.h: the summation order, 16-bit chunks, SIMD copies,
 // threads, the parameters' gradients across rows). A contributor adding a
-// row reduction writes its Rows<T> (and, for speed, Rows16<W, T>) here and a
+// row reduction writes its Rows<T> (and, for speed, RowsVec<W, T>) here and a
 // kind struct naming them; see docs/adding-an-op.md.
 //
 // Numerics shared by the kinds (C = compute_t<T>: float for float and the
 // 16-bit types, double for double): every sum is lane_sum's, in C; each
-// output rounds once to T from C; a 16-bit row's Rows16 gives Rows<T>'s
+// output rounds once to T from C; a row's RowsVec gives Rows<T>'s
 // bits. Zero-length rows give NaN statistics (0 / 0) and empty outputs, as
 // torch's do.
 #pragma once
@@ -153,131 +153,130 @@ struct RmsNormRows {
   }
 };
 
-#ifdef TIERKIT_SIMD_DISPATCH
+#ifdef TIERKIT_ROW_VEC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
+// RmsNormRows' arithmetic a register block at a time (row_kernels.h's
+// RowsVec): the same terms in the same order, so the same bits.
 template <typename W, typename T>
-struct RmsNormRows16 {
-  // y = (x * rstd) * w over the row, chunk by chunk (y may be x: each chunk
-  // is read before it is written).
-  TIERKIT_ROW_INLINE static void scale(const T* x, const T* w, float rs, std::int64_t d, T* y) {
-    alignas(64) float xb[kRowChunk], wb[kRowChunk];
-    for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
-      const std::int64_t m = std::min(kRowChunk, d - j0);
-      widen<W>(x + j0, m, xb);
-      if (w) {
-        widen<W>(w + j0, m, wb);
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = (xb[j] * rs) * wb[j];
-      } else {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = xb[j] * rs;
-      }
-      narrow<W>(xb, m, y + j0);
+struct RmsNormRowsVec {
+  using V = typename W::F;
+  TIERKIT_ROW_INLINE static V ld(const T* p) { return load_lanes<W>(p); }
+
+  // y = (x * rstd) * w (y may be x: a block is read before it is written).
+  TIERKIT_ROW_INLINE static void scale(const T* x, const T* w, float rs, std::int64_t d, T* y,
+                                       bool stream = false) {
+    const V r = splat<W>(rs);
+    if (w) {
+      vec_each<W>(
+          d,
+          [&](std::int64_t j)
+              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) * r) * ld(w + j), stream); },
+          [&](std::int64_t j)
+              TIERKIT_ROW_LAMBDA { store_compute(y + j, (load_compute(x + j) * rs) * load_compute(w + j)); });
+    } else {
+      vec_each<W>(
+          d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, ld(x + j) * r, stream); },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_compute(y + j, load_compute(x + j) * rs); });
     }
   }
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, float eps, std::int64_t d,
-                                         std::int64_t lo, std::int64_t hi, T* y, float* rstd) {
-    const T* w = p.w;
-    alignas(64) float xb[kRowChunk];
+                                         std::int64_t lo, std::int64_t hi, T* y, float* rstd, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
-      const float ss = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
-        widen<W>(xr + j0, m, xb);
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) t[j] = xb[j] * xb[j];
-      });
+      const float ss = vec_sum<W>(
+          d,
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const V v = ld(xr + j);
+            return v * v;
+          },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const float v = load_compute(xr + j);
+            return v * v;
+          });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(xr, w, rs, d, y + r * d);
+      scale(xr, p.w, rs, d, y + r * d, stream);
     }
+    if (stream) _mm_sfence();
   }
-  // h = T(x + residual) chunk by chunk (h may be residual: both inputs of a
-  // chunk are read before its h is written), the sum over h as rounded.
+  // h = T(x + residual) a block at a time (h may be residual: both inputs of
+  // a block are read before its h is written), the sum over h as rounded.
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<T> p, float eps,
                                              std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
-                                             float* rstd) {
-    const T* w = p.w;
-    alignas(64) float xb[kRowChunk], rb[kRowChunk];
+                                             float* rstd, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
+      const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
-      const float ss = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
-        widen<W>(x + r * d + j0, m, xb);
-        widen<W>(res + r * d + j0, m, rb);
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = xb[j] + rb[j];
-        narrow<W>(xb, m, hr + j0);
-        widen<W>(hr + j0, m, xb);  // h as rounded to T
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) t[j] = xb[j] * xb[j];
-      });
+      const float ss = vec_sum<W>(
+          d,
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            store_lanes<W>(hr + j, ld(xr + j) + ld(rr + j));
+            const V hv = ld(hr + j);  // h as rounded to T
+            return hv * hv;
+          },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const float hv = store_rounded(hr + j, load_compute(xr + j) + load_compute(rr + j));
+            return hv * hv;
+          });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(hr, w, rs, d, y + r * d);
+      scale(hr, p.w, rs, d, y + r * d, stream);
     }
+    if (stream) _mm_sfence();
   }
-  // RmsNormRows::backward's arithmetic, chunk by chunk: the dot's terms summed
-  // in lane_sum's order, then dx (which may be dy or x: a chunk's inputs are
-  // read before its dx is written) and dw's partial sums.
+  // RmsNormRows::backward's arithmetic: the dot's terms, then dx (which may
+  // be dy or x: a block's inputs are read before its dx is written) and dw's
+  // partial sums.
   TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<T> p, const float* rstd,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
-                                          float*) {
+                                          float*, bool stream) {
     const T* w = p.w;
-    alignas(64) float gb[kRowChunk], xh[kRowChunk], wb[kRowChunk];
-    // A chunk's g = dy and x_hat = x * rstd (and w where wanted): every pass starts so.
-    const auto load = [&](const T* gr, const T* xr, float rs, std::int64_t j0, std::int64_t m, bool with_w)
-                          TIERKIT_ROW_LAMBDA {
-                            widen<W>(gr + j0, m, gb);
-                            widen<W>(xr + j0, m, xh);
-                            TIERKIT_VECTORIZE_LOOP
-                            for (std::int64_t j = 0; j < m; ++j) xh[j] = xh[j] * rs;
-                            if (with_w) widen<W>(w + j0, m, wb);
-                          };
-    const auto add_dw = [&](std::int64_t j0, std::int64_t m) TIERKIT_ROW_LAMBDA {
-      float* p = dwp + j0;
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < m; ++j) p[j] += gb[j] * xh[j];
-    };
     for (std::int64_t r = lo; r < hi; ++r) {
-      const T* xr = x + r * d;
-      const T* gr = dy + r * d;
+      const T *xr = x + r * d, *gr = dy + r * d;
       const float rs = rstd[r];
+      const V R = splat<W>(rs);
       if (!dx) {
-        for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
-          const std::int64_t m = std::min(kRowChunk, d - j0);
-          load(gr, xr, rs, j0, m, false);
-          add_dw(j0, m);
-        }
+        vec_each<W>(
+            d,
+            [&](std::int64_t j) TIERKIT_ROW_LAMBDA { add_lanes<W>(dwp + j, ld(gr + j) * (ld(xr + j) * R)); },
+            [&](std::int64_t j)
+                TIERKIT_ROW_LAMBDA { dwp[j] += load_compute(gr + j) * (load_compute(xr + j) * rs); });
         continue;
       }
-      const float dot = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t) TIERKIT_ROW_LAMBDA {
-        load(gr, xr, rs, j0, m, w != nullptr);
-        if (w) {
-          TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) t[j] = (gb[j] * wb[j]) * xh[j];
-        } else {
-          TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) t[j] = gb[j] * xh[j];
-        }
-      });
+      const float dot =
+          w ? vec_sum<W>(
+                  d,
+                  [&](std::int64_t j)
+                      TIERKIT_ROW_LAMBDA { return (ld(gr + j) * ld(w + j)) * (ld(xr + j) * R); },
+                  [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+                    return (load_compute(gr + j) * load_compute(w + j)) * (load_compute(xr + j) * rs);
+                  })
+            : vec_sum<W>(
+                  d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return ld(gr + j) * (ld(xr + j) * R); },
+                  [&](std::int64_t j)
+                      TIERKIT_ROW_LAMBDA { return load_compute(gr + j) * (load_compute(xr + j) * rs); });
       const float c = dot / static_cast<float>(d);
+      const V Cv = splat<W>(c);
       T* dxr = dx + r * d;
-      for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
-        const std::int64_t m = std::min(kRowChunk, d - j0);
-        load(gr, xr, rs, j0, m, w != nullptr);
-        if (dwp) add_dw(j0, m);
-        if (w) {
-          TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) gb[j] = (gb[j] * wb[j] - xh[j] * c) * rs;
-        } else {
-          TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) gb[j] = (gb[j] - xh[j] * c) * rs;
-        }
-        narrow<W>(gb, m, dxr + j0);
-      }
+      vec_each<W>(
+          d,
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const V g0 = ld(gr + j), xh = ld(xr + j) * R;
+            if (dwp) add_lanes<W>(dwp + j, g0 * xh);
+            store_lanes<W>(dxr + j, w ? (g0 * ld(w + j) - xh * Cv) * R : (g0 - xh * Cv) * R, stream);
+          },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const float g0 = load_compute(gr + j), xh = load_compute(xr + j) * rs;
+            if (dwp) dwp[j] += g0 * xh;
+            store_compute(dxr + j, w ? (g0 * load_compute(w + j) - xh * c) * rs : (g0 - xh * c) * rs);
+          });
     }
+    if (stream) _mm_sfence();
   }
 };
-
-#endif  // TIERKIT_SIMD_DISPATCH
+#pragma GCC diagnostic pop
+#endif  // TIERKIT_ROW_VEC
 
 // ---- LayerNorm: y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) -
 //
@@ -316,6 +315,13 @@ struct LayerNormRows {
     const C var = std::max(C(0), s.b / n - shift * shift);
     stats[0] = mean;
     stats[1] = C(1) / std::sqrt(var + eps);
+  }
+
+  // x-hat's affine map, as scale computes it: x-hat * w + b, each if given.
+  TIERKIT_ROW_INLINE static C affine(C xh, const T* w, const T* b, std::int64_t j) {
+    if (w) xh = xh * load_compute(w + j);
+    if (b) xh = xh + load_compute(b + j);
+    return xh;
   }
 
   TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<T> p, C mean, C rs, std::int64_t d, T* y) {
@@ -401,27 +407,34 @@ struct LayerNormRows {
   }
 };
 
-#ifdef TIERKIT_SIMD_DISPATCH
-// LayerNormRows' arithmetic on float chunks (see RmsNormRows16): the same
-// terms in the same order, so the same bits.
+#ifdef TIERKIT_ROW_VEC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
+// LayerNormRows' arithmetic a register block at a time (see RmsNormRowsVec):
+// the same terms in the same order, so the same bits.
 template <typename W, typename T>
-struct LayerNormRows16 {
+struct LayerNormRowsVec {
+  using V = typename W::F;
+  TIERKIT_ROW_INLINE static V ld(const T* p) { return load_lanes<W>(p); }
+
   TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, float eps, float* stats) {
     const float n = static_cast<float>(d);
     // The mean corrected by the mean of x - mean0 and the corrected two-pass
     // variance, as LayerNormRows' (why there).
-    const float mean0 = chunk_sum(d, [&](std::int64_t j0, std::int64_t m, float* t)
-                                         TIERKIT_ROW_LAMBDA { widen<W>(xr + j0, m, t); }) /
+    const float mean0 = vec_sum<W>(
+                            d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return ld(xr + j); },
+                            [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(xr + j); }) /
                         n;
-    const Sums2<float> s =
-        chunk_sum2(d, [&](std::int64_t j0, std::int64_t m, float* ta, float* tb) TIERKIT_ROW_LAMBDA {
-          widen<W>(xr + j0, m, ta);
-          TIERKIT_VECTORIZE_LOOP
-          for (std::int64_t j = 0; j < m; ++j) {
-            const float v = ta[j] - mean0;
-            ta[j] = v;
-            tb[j] = v * v;
-          }
+    const V M0 = splat<W>(mean0);
+    const Sums2<float> s = vec_sum2<W>(
+        d,
+        [&](std::int64_t j, V& a, V& b) TIERKIT_ROW_LAMBDA {
+          a = ld(xr + j) - M0;
+          b = a * a;
+        },
+        [&](std::int64_t j, float& a, float& b) TIERKIT_ROW_LAMBDA {
+          a = load_compute(xr + j) - mean0;
+          b = a * a;
         });
     const float shift = s.a / n;
     const float mean = mean0 + shift;
@@ -430,135 +443,134 @@ struct LayerNormRows16 {
     stats[1] = 1.f / std::sqrt(var + eps);
   }
 
-  // y = ((x - mean) * rstd) * w + b chunk by chunk (y may be x).
-  TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<T> p, float mean, float rs, std::int64_t d,
-                                       T* y) {
-    alignas(64) float xb[kRowChunk], wb[kRowChunk], bb[kRowChunk];
-    for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
-      const std::int64_t m = std::min(kRowChunk, d - j0);
-      widen<W>(x + j0, m, xb);
-      if (p.w) widen<W>(p.w + j0, m, wb);
-      if (p.b) widen<W>(p.b + j0, m, bb);
-      if (p.w && p.b) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = ((xb[j] - mean) * rs) * wb[j] + bb[j];
-      } else if (p.w) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = ((xb[j] - mean) * rs) * wb[j];
-      } else if (p.b) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = (xb[j] - mean) * rs + bb[j];
-      } else {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = (xb[j] - mean) * rs;
-      }
-      narrow<W>(xb, m, y + j0);
+  // y = ((x - mean) * rstd) * w + b (y may be x).
+  TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<T> p, float mean, float rs, std::int64_t d, T* y,
+                                       bool stream) {
+    const T *w = p.w, *b = p.b;
+    const V M = splat<W>(mean), R = splat<W>(rs);
+    const auto one = [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+      store_compute(y + j, LayerNormRows<T>::affine((load_compute(x + j) - mean) * rs, w, b, j));
+    };
+    if (w && b) {
+      vec_each<W>(
+          d,
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            store_lanes<W>(y + j, ((ld(x + j) - M) * R) * ld(w + j) + ld(b + j), stream);
+          },
+          one);
+    } else if (w) {
+      vec_each<W>(
+          d,
+          [&](std::int64_t j)
+              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, ((ld(x + j) - M) * R) * ld(w + j), stream); },
+          one);
+    } else if (b) {
+      vec_each<W>(
+          d,
+          [&](std::int64_t j)
+              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) - M) * R + ld(b + j), stream); },
+          one);
+    } else {
+      vec_each<W>(
+          d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) - M) * R, stream); },
+          one);
     }
   }
 
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, float eps, std::int64_t d,
-                                         std::int64_t lo, std::int64_t hi, T* y, float* stats) {
+                                         std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       float* s = stats + 2 * r;
       moments(x + r * d, d, eps, s);
-      scale(x + r * d, p, s[0], s[1], d, y + r * d);
+      scale(x + r * d, p, s[0], s[1], d, y + r * d, stream);
     }
+    if (stream) _mm_sfence();
   }
 
+  // h = T(x + residual) row by row (h may be residual: a block's inputs are
+  // read before its h is written), then forward on the row of h in cache.
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<T> p, float eps,
                                              std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
-                                             float* stats) {
-    alignas(64) float xb[kRowChunk], rb[kRowChunk];
+                                             float* stats, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
-      for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
-        const std::int64_t m = std::min(kRowChunk, d - j0);
-        widen<W>(x + r * d + j0, m, xb);
-        widen<W>(res + r * d + j0, m, rb);
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) xb[j] = xb[j] + rb[j];
-        narrow<W>(xb, m, h + r * d + j0);
-      }
-      forward(h, p, eps, d, r, r + 1, y, stats);
+      const T *xr = x + r * d, *rr = res + r * d;
+      T* hr = h + r * d;
+      vec_each<W>(
+          d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(hr + j, ld(xr + j) + ld(rr + j)); },
+          [&](std::int64_t j)
+              TIERKIT_ROW_LAMBDA { store_compute(hr + j, load_compute(xr + j) + load_compute(rr + j)); });
+      forward(h, p, eps, d, r, r + 1, y, stats, stream);
     }
   }
 
   TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<T> p, const float* stats,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
-                                          float* dbp) {
-    alignas(64) float gb[kRowChunk], xh[kRowChunk], wb[kRowChunk];
+                                          float* dbp, bool stream) {
     const T* w = p.w;
-    // A chunk's dy, x_hat and g = dy * w (into gb when there is a weight).
-    const auto load = [&](const T* gr, const T* xr, float mean, float rs, std::int64_t j0, std::int64_t m)
-                          TIERKIT_ROW_LAMBDA {
-                            widen<W>(gr + j0, m, gb);
-                            widen<W>(xr + j0, m, xh);
-                            TIERKIT_VECTORIZE_LOOP
-                            for (std::int64_t j = 0; j < m; ++j) xh[j] = (xh[j] - mean) * rs;
-                          };
-    const auto with_w = [&](std::int64_t j0, std::int64_t m) TIERKIT_ROW_LAMBDA {
-      if (!w) return;
-      widen<W>(w + j0, m, wb);
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < m; ++j) gb[j] = gb[j] * wb[j];
-    };
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
       const float mean = stats[2 * r], rs = stats[2 * r + 1];
+      const V M = splat<W>(mean), R = splat<W>(rs);
+      const auto xh_of = [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return (ld(xr + j) - M) * R; };
+      const auto g_of = [&](std::int64_t j)
+                            TIERKIT_ROW_LAMBDA { return w ? ld(gr + j) * ld(w + j) : ld(gr + j); };
       if (dwp || dbp) {
-        for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
-          const std::int64_t m = std::min(kRowChunk, d - j0);
-          load(gr, xr, mean, rs, j0, m);
-          if (dwp) {
-            float* q = dwp + j0;
-            TIERKIT_VECTORIZE_LOOP
-            for (std::int64_t j = 0; j < m; ++j) q[j] += gb[j] * xh[j];
-          }
-          if (dbp) {
-            float* q = dbp + j0;
-            TIERKIT_VECTORIZE_LOOP
-            for (std::int64_t j = 0; j < m; ++j) q[j] += gb[j];
-          }
-        }
+        vec_each<W>(
+            d,
+            [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+              const V g0 = ld(gr + j);
+              if (dwp) add_lanes<W>(dwp + j, g0 * xh_of(j));
+              if (dbp) add_lanes<W>(dbp + j, g0);
+            },
+            [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+              const float g0 = load_compute(gr + j);
+              if (dwp) dwp[j] += g0 * ((load_compute(xr + j) - mean) * rs);
+              if (dbp) dbp[j] += g0;
+            });
       }
       if (!dx) continue;
       const float n = static_cast<float>(d);
       // mean(g) and mean(g * x-hat) from one pass.
-      const Sums2<float> ac =
-          chunk_sum2(d, [&](std::int64_t j0, std::int64_t m, float* ta, float* tb) TIERKIT_ROW_LAMBDA {
-            load(gr, xr, mean, rs, j0, m);
-            with_w(j0, m);
-            TIERKIT_VECTORIZE_LOOP
-            for (std::int64_t j = 0; j < m; ++j) {
-              ta[j] = gb[j];
-              tb[j] = gb[j] * xh[j];
-            }
+      const Sums2<float> ac = vec_sum2<W>(
+          d,
+          [&](std::int64_t j, V& a, V& b) TIERKIT_ROW_LAMBDA {
+            a = g_of(j);
+            b = a * xh_of(j);
+          },
+          [&](std::int64_t j, float& a, float& b) TIERKIT_ROW_LAMBDA {
+            a = LayerNormRows<T>::g_of(gr, w, j);
+            b = a * ((load_compute(xr + j) - mean) * rs);
           });
       const float a = ac.a / n, c = ac.b / n;
-      for (std::int64_t j0 = 0; j0 < d; j0 += kRowChunk) {
-        const std::int64_t m = std::min(kRowChunk, d - j0);
-        load(gr, xr, mean, rs, j0, m);
-        with_w(j0, m);
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < m; ++j) gb[j] = ((gb[j] - a) - xh[j] * c) * rs;
-        narrow<W>(gb, m, dx + r * d + j0);
-      }
+      const V A = splat<W>(a), Cv = splat<W>(c);
+      T* dxr = dx + r * d;
+      vec_each<W>(
+          d,
+          [&](std::int64_t j)
+              TIERKIT_ROW_LAMBDA { store_lanes<W>(dxr + j, ((g_of(j) - A) - xh_of(j) * Cv) * R, stream); },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const float xh = (load_compute(xr + j) - mean) * rs;
+            store_compute(dxr + j, ((LayerNormRows<T>::g_of(gr, w, j) - a) - xh * c) * rs);
+          });
     }
+    if (stream) _mm_sfence();
   }
 };
-#endif  // TIERKIT_SIMD_DISPATCH
+#pragma GCC diagnostic pop
+#endif  // TIERKIT_ROW_VEC
 
 }  // namespace detail
 
 // The kinds: what row_kernels.h's row_forward, row_add_forward and
 // row_backward take as K. The op table's entries name them (functor=).
-#ifdef TIERKIT_SIMD_DISPATCH
-#define TIERKIT_ROW_KIND(NAME, STATS)          \
-  struct NAME {                                \
-    static constexpr int kStats = STATS;       \
-    template <typename T>                      \
-    using Rows = detail::NAME##Rows<T>;        \
-    template <typename W, typename T>          \
-    using Rows16 = detail::NAME##Rows16<W, T>; \
+#ifdef TIERKIT_ROW_VEC
+#define TIERKIT_ROW_KIND(NAME, STATS)            \
+  struct NAME {                                  \
+    static constexpr int kStats = STATS;         \
+    template <typename T>                        \
+    using Rows = detail::NAME##Rows<T>;          \
+    template <typename W, typename T>            \
+    using RowsVec = detail::NAME##RowsVec<W, T>; \
   };
 #else
 #define TIERKIT_ROW_KIND(NAME, STATS)    \

@@ -37,6 +37,10 @@ CXX_FLAGS = (
     # with FMA: aarch64, -march=native): results must be bit-identical to eager
     # torch, which rounds the product and the sum separately.
     "-ffp-contract=off",
+    # The row kernels pass GCC vectors between always-inline functions that
+    # carry no target attribute (row_kernels.h); GCC notes that their ABI
+    # would differ without AVX, which never applies to an inlined call.
+    "-Wno-psabi",
 )
 
 
