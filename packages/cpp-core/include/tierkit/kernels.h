@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -488,22 +489,72 @@ TIERKIT_AVX512 void map_streaming_avx512(const Op& op, T* out, std::int64_t n, c
 // ordinary stores, which leave the result in the cache for the next op.
 // TIERKIT_STREAMING_STORES=off never streams, =on always (tests use it to
 // run every kernel through the streaming loop); read once.
+namespace detail {
+// The last-level cache's share of one hardware thread, in bytes, as the
+// kernel reports it (sysfs: the highest cache level of cpu0, its size over
+// the CPUs that share it, as lscpu reads it); -1 where sysfs has no caches.
+// Not sysconf's: glibc derives it from CPUID, which a VM may fill in as it
+// likes (an AMD EPYC VM with a 32 MiB L3 shared by its 2 CPUs: sysconf
+// 320 MiB, so nothing here ever streamed).
+inline long sysfs_llc_share() {
+  long best = -1;
+  int best_level = 0;
+  for (int i = 0; i < 16; ++i) {
+    char path[96];
+    const auto read = [&](const char* leaf, char* buf, int n) {
+      std::snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i, leaf);
+      std::FILE* f = std::fopen(path, "r");
+      if (!f) return false;
+      const bool ok = std::fgets(buf, n, f) != nullptr;
+      std::fclose(f);
+      return ok;
+    };
+    char level[16], size[32], shared[256];
+    if (!read("level", level, sizeof(level))) break;
+    if (!read("size", size, sizeof(size)) || !read("shared_cpu_list", shared, sizeof(shared))) continue;
+    char* unit = nullptr;
+    long bytes = std::strtol(size, &unit, 10);
+    if (*unit == 'K') bytes <<= 10;
+    if (*unit == 'M') bytes <<= 20;
+    long cpus = 0;  // "0-1", "0-7,64-71"
+    for (char* p = shared; *p && *p != '\n';) {
+      const long a = std::strtol(p, &p, 10);
+      const long b = *p == '-' ? std::strtol(p + 1, &p, 10) : a;
+      cpus += b - a + 1;
+      if (*p == ',')
+        ++p;
+      else if (*p && *p != '\n')
+        break;
+    }
+    const int lv = std::atoi(level);
+    if (bytes > 0 && cpus > 0 && lv >= best_level) {
+      best_level = lv;
+      best = bytes / cpus;
+    }
+  }
+  return best;
+}
+}  // namespace detail
+
 inline std::size_t streaming_threshold() {
   static const std::size_t threshold = [] {
     if (const char* mode = std::getenv("TIERKIT_STREAMING_STORES")) {
       if (std::strcmp(mode, "off") == 0) return SIZE_MAX;
       if (std::strcmp(mode, "on") == 0) return std::size_t{0};
     }
-    long llc = -1;
+    long share = detail::sysfs_llc_share();
+    if (share <= 0) {
+      long llc = -1;
 #if defined(_SC_LEVEL3_CACHE_SIZE)
-    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+      llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+      if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
-    if (llc <= 0) llc = 32L << 20;  // not known: a common server LLC
-    // The hardware threads, not ThreadPool::default_threads(): its cgroup
-    // reading would pull file streams into every library that includes this.
-    const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
-    return static_cast<std::size_t>(llc) / 4 * 3 / threads;
+      if (llc <= 0) llc = 32L << 20;  // not known: a common server LLC
+      // The hardware threads, not ThreadPool::default_threads(): its cgroup
+      // reading would pull file streams into every library that includes this.
+      share = llc / static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
+    }
+    return static_cast<std::size_t>(share) / 4 * 3;
   }();
   return threshold;
 }

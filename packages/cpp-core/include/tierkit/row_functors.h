@@ -163,15 +163,16 @@ struct RmsNormRowsVec {
   using V = typename W::F;
   TIERKIT_ROW_INLINE static V ld(const T* p) { return load_lanes<W>(p); }
 
-  // y = (x * rstd) * w (y may be x: a block is read before it is written).
-  TIERKIT_ROW_INLINE static void scale(const T* x, const T* w, float rs, std::int64_t d, T* y,
+  // y = (x * rstd) * w (y may be x: a block is read before it is written);
+  // w in float (ParamFloats).
+  TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, float rs, std::int64_t d, T* y,
                                        bool stream = false) {
     const V r = splat<W>(rs);
     if (w) {
       vec_each<W>(
           d,
           [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) * r) * ld(w + j), stream); },
+              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) * r) * load_lanes<W>(w + j), stream); },
           [&](std::int64_t j)
               TIERKIT_ROW_LAMBDA { store_compute(y + j, (load_compute(x + j) * rs) * load_compute(w + j)); });
     } else {
@@ -182,6 +183,7 @@ struct RmsNormRowsVec {
   }
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, float eps, std::int64_t d,
                                          std::int64_t lo, std::int64_t hi, T* y, float* rstd, bool stream) {
+    const ParamFloats<W, T> w(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const float ss = vec_sum<W>(
@@ -196,7 +198,7 @@ struct RmsNormRowsVec {
           });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(xr, p.w, rs, d, y + r * d, stream);
+      scale(xr, w.get(), rs, d, y + r * d, stream);
     }
     if (stream) _mm_sfence();
   }
@@ -205,6 +207,7 @@ struct RmsNormRowsVec {
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<T> p, float eps,
                                              std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
                                              float* rstd, bool stream) {
+    const ParamFloats<W, T> w(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
@@ -221,7 +224,7 @@ struct RmsNormRowsVec {
           });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(hr, p.w, rs, d, y + r * d, stream);
+      scale(hr, w.get(), rs, d, y + r * d, stream);
     }
     if (stream) _mm_sfence();
   }
@@ -443,32 +446,38 @@ struct LayerNormRowsVec {
     stats[1] = 1.f / std::sqrt(var + eps);
   }
 
-  // y = ((x - mean) * rstd) * w + b (y may be x).
-  TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<T> p, float mean, float rs, std::int64_t d, T* y,
-                                       bool stream) {
-    const T *w = p.w, *b = p.b;
+  // y = ((x - mean) * rstd) * w + b (y may be x); w and b in float
+  // (ParamFloats).
+  TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, const float* b, float mean, float rs,
+                                       std::int64_t d, T* y, bool stream) {
     const V M = splat<W>(mean), R = splat<W>(rs);
     const auto one = [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-      store_compute(y + j, LayerNormRows<T>::affine((load_compute(x + j) - mean) * rs, w, b, j));
+      float v = (load_compute(x + j) - mean) * rs;  // LayerNormRows::affine's order
+      if (w) v = v * w[j];
+      if (b) v = v + b[j];
+      store_compute(y + j, v);
     };
     if (w && b) {
       vec_each<W>(
           d,
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            store_lanes<W>(y + j, ((ld(x + j) - M) * R) * ld(w + j) + ld(b + j), stream);
+            store_lanes<W>(y + j, ((ld(x + j) - M) * R) * load_lanes<W>(w + j) + load_lanes<W>(b + j),
+                           stream);
           },
           one);
     } else if (w) {
       vec_each<W>(
           d,
-          [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, ((ld(x + j) - M) * R) * ld(w + j), stream); },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            store_lanes<W>(y + j, ((ld(x + j) - M) * R) * load_lanes<W>(w + j), stream);
+          },
           one);
     } else if (b) {
       vec_each<W>(
           d,
-          [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) - M) * R + ld(b + j), stream); },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            store_lanes<W>(y + j, (ld(x + j) - M) * R + load_lanes<W>(b + j), stream);
+          },
           one);
     } else {
       vec_each<W>(
@@ -479,10 +488,11 @@ struct LayerNormRowsVec {
 
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, float eps, std::int64_t d,
                                          std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
+    const ParamFloats<W, T> w(p.w, d), b(p.b, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       float* s = stats + 2 * r;
       moments(x + r * d, d, eps, s);
-      scale(x + r * d, p, s[0], s[1], d, y + r * d, stream);
+      scale(x + r * d, w.get(), b.get(), s[0], s[1], d, y + r * d, stream);
     }
     if (stream) _mm_sfence();
   }

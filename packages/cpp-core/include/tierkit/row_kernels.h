@@ -259,8 +259,9 @@ TIERKIT_ROW_INLINE typename W::F load_lanes(const T* p) {
   }
   return v;
 }
-// v stored as T at p; `stream`: with a non-temporal store, around the
-// cache (p aligned to the stored vector's bytes; float16 stores plainly).
+// v stored as T at p; `stream`: float with a non-temporal store, around
+// the cache (p aligned to the vector's bytes; row_streams says why the
+// 16-bit types store plainly).
 // GCC has no generic non-temporal store, and the intrinsics' target
 // attributes would keep these generic functions from inlining (above): the
 // instruction is written out, in the calling function's vector width.
@@ -280,13 +281,7 @@ TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) 
     const typename W::U nan = reinterpret_cast<typename W::U>(v != v);  // all ones where NaN
     const typename W::U b = (nan & (hi | 0x40u)) | (~nan & rounded);
     const typename W::H h = __builtin_convertvector(b, typename W::H);
-    if (stream) {
-      asm volatile("vmovntdq %1, %0"
-                   : "=m"(*reinterpret_cast<typename W::H*>(static_cast<void*>(p)))
-                   : "v"(h));
-    } else {
-      __builtin_memcpy(static_cast<void*>(p), &h, sizeof(h));
-    }
+    __builtin_memcpy(static_cast<void*>(p), &h, sizeof(h));
   } else {
     alignas(64) float f[W::kLanes];
     __builtin_memcpy(f, &v, sizeof(v));
@@ -389,6 +384,41 @@ TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& 
   for (; j < d; ++j) one(j);
 }
 
+// A row parameter (weight, bias) as the vector rows read it: float as
+// given; a 16-bit one widened to float once per call of a row body, not once
+// a row (a stack buffer up to kParamStage elements, else the heap). The
+// widening is exact, so the results are the same.
+inline constexpr std::int64_t kParamStage = 4096;
+template <typename W, typename T>
+class ParamFloats {
+ public:
+  TIERKIT_ROW_INLINE ParamFloats(const T* p, std::int64_t d) {
+    if constexpr (std::is_same_v<T, float>) {
+      p_ = p;
+    } else {
+      if (!p) return;
+      float* out =
+          d <= kParamStage ? stage_ : (heap_.reset(new float[static_cast<std::size_t>(d)]), heap_.get());
+      vec_each<W>(
+          d,
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const typename W::F v = load_lanes<W>(p + j);
+            __builtin_memcpy(out + j, &v, sizeof(v));
+          },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA { out[j] = load_compute(p + j); });
+      p_ = out;
+    }
+  }
+  ParamFloats(const ParamFloats&) = delete;
+  ParamFloats& operator=(const ParamFloats&) = delete;
+  TIERKIT_ROW_INLINE const float* get() const { return p_; }
+
+ private:
+  const float* p_ = nullptr;
+  std::unique_ptr<float[]> heap_;
+  alignas(64) float stage_[std::is_same_v<T, float> ? 1 : kParamStage];
+};
+
 // The widths: their vector types and float16 converters (kernels.h's; their
 // target is the row_vec_* functions' below).
 #define TIERKIT_ROW_WIDTH(NAME, LANES, SUFFIX)    \
@@ -420,8 +450,9 @@ TIERKIT_ROW_WIDTH(RowWidth512, kLanes512, 512)
     K::template RowsVec<RowWidth256, T>::NAME(a...);                                                         \
   }                                                                                                          \
   template <typename K, typename T, typename... A>                                                           \
-  TIERKIT_16_AVX512 __attribute__((flatten, optimize("fp-contract=off"))) void row_vec_##NAME##_avx512(      \
-      A... a) {                                                                                              \
+  TIERKIT_16_AVX512                                                                                          \
+      __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void          \
+      row_vec_##NAME##_avx512(A... a) {                                                                      \
     K::template RowsVec<RowWidth512, T>::NAME(a...);                                                         \
   }
 TIERKIT_ROW_VEC_COPIES(forward)
@@ -489,29 +520,33 @@ inline std::int64_t row_grain(std::int64_t d) {
   return std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, d));
 }
 
-// Whether rows [lo, hi) of an output `out` of rows of d, in a kernel over
-// `operands` such arrays, are written with non-temporal stores: as the
-// pointwise loops decide (streaming_stores: a chunk too large to stay in the
-// cache for its reader), for float and the 16-bit types at the vector
-// levels, where every row starts on a 64-byte boundary (out aligned, d's
-// bytes a multiple of 64: no row has a head or tail to store plainly).
-// Measured on two Zen 4 cores, rms_norm float32 [4096, 4096]: an ordinary
-// store reads the line first, so the kernel moved 1.5x its bytes and ran at
-// ~0.67 of a streaming copy.
+// Whether an output `out` of rows of d, in a kernel over `operands` such
+// arrays, is written with non-temporal stores: float only (as the pointwise
+// loops: streaming_stores), at the vector levels, where the call's arrays
+// outgrow the cache (the whole call against streaming_threshold()'s
+// per-thread share: the pools hand rows out in small chunks) and every row
+// starts on a 64-byte boundary (out aligned, d's bytes a multiple of 64: no
+// row has a head or tail to store plainly). Measured on two Zen 4 cores
+// (core's pool, [4096, 4096], medians of 15): float32 rms_norm 6.17 ms with
+// ordinary stores, which read each line first, 4.84 ms streamed; bfloat16
+// 3.37 ms ordinary, 4.02 streamed (its half-line 16-bit stores write
+// combine worse, and its rows are bound by the conversions, not memory).
 template <typename T>
-bool row_streams(const T* out, std::int64_t lo, std::int64_t hi, std::int64_t d, std::size_t operands) {
+bool row_streams(const T* out, std::int64_t rows, std::int64_t d, std::size_t operands) {
 #ifdef TIERKIT_ROW_VEC
-  if constexpr (std::is_same_v<T, double>) {
+  if constexpr (!std::is_same_v<T, float>) {
+    (void)out, (void)rows, (void)d, (void)operands;
     return false;
   } else {
-    const std::int64_t n = (hi - lo) * d;
-    return out && n > 0 && reinterpret_cast<std::uintptr_t>(out) % 64 == 0 &&
+    const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+    return out && rows > 0 && d > 0 && reinterpret_cast<std::uintptr_t>(out) % 64 == 0 &&
            (static_cast<std::size_t>(d) * sizeof(T)) % 64 == 0 &&
-           static_cast<std::size_t>(n) * sizeof(T) * operands >= streaming_threshold() &&
+           static_cast<std::size_t>(rows) * static_cast<std::size_t>(d) * sizeof(T) * operands / threads >=
+               streaming_threshold() &&
            simd_level() != SimdLevel::Baseline && cpu_has_16bit_simd();
   }
 #else
-  (void)out, (void)lo, (void)hi, (void)d, (void)operands;
+  (void)out, (void)rows, (void)d, (void)operands;
   return false;
 #endif
 }
@@ -579,8 +614,9 @@ void row_forward(const T* x, RowParams<T> p_in, double eps, std::int64_t rows, s
   const detail::ParamsAsCalled<T> params(
       p_in, d, {{y, detail::span_bytes<T>(rows, d)}, {stats, detail::span_bytes<C>(rows, K::kStats)}});
   const RowParams<T> p = params.get();
+  const bool stream = detail::row_streams(y, rows, d, 2);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
-    detail::forward_rows<K, T>(x, p, e, d, lo, hi, y, stats, detail::row_streams(y, lo, hi, d, 2));
+    detail::forward_rows<K, T>(x, p, e, d, lo, hi, y, stats, stream);
   });
 }
 
@@ -596,9 +632,9 @@ void row_add_forward(const T* x, const T* residual, RowParams<T> p_in, double ep
   const detail::ParamsAsCalled<T> params(
       p_in, d, {{y, out_bytes}, {h_out, out_bytes}, {stats, detail::span_bytes<C>(rows, K::kStats)}});
   const RowParams<T> p = params.get();
+  const bool stream = detail::row_streams(y, rows, d, 4);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
-    detail::add_forward_rows<K, T>(x, residual, p, e, d, lo, hi, y, h_out, stats,
-                                   detail::row_streams(y, lo, hi, d, 4));
+    detail::add_forward_rows<K, T>(x, residual, p, e, d, lo, hi, y, h_out, stats, stream);
   });
 }
 
@@ -615,11 +651,12 @@ void row_backward(const T* dy, const T* x, RowParams<T> p_in, const compute_t<T>
       p_in, d,
       {{dx, dx ? detail::span_bytes<T>(rows, d) : 0}, {dw, dw ? grad_bytes : 0}, {db, db ? grad_bytes : 0}});
   const RowParams<T> p = params.get();
+  const bool stream = detail::row_streams(dx, rows, d, 3);
   if (!dw && !db) {
     if (!dx) return;
     run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
       detail::backward_rows<K, T>(dy, x, p, stats, d, lo, hi, dx, static_cast<C*>(nullptr),
-                                  static_cast<C*>(nullptr), detail::row_streams(dx, lo, hi, d, 3));
+                                  static_cast<C*>(nullptr), stream);
     });
     return;
   }
@@ -646,8 +683,7 @@ void row_backward(const T* dy, const T* x, RowParams<T> p_in, const compute_t<T>
       for (int g = 0; g < 2; ++g)
         if (b > 0 && part(g, b)) std::fill(part(g, b), part(g, b) + d, C(0));
       const std::int64_t r0 = std::min(rows, b * per), r1 = std::min(rows, r0 + per);
-      detail::backward_rows<K, T>(dy, x, p, stats, d, r0, r1, dx, part(0, b), part(1, b),
-                                  detail::row_streams(dx, r0, r1, d, 3));
+      detail::backward_rows<K, T>(dy, x, p, stats, d, r0, r1, dx, part(0, b), part(1, b), stream);
     }
   });
   if (blocks == 1) return;
