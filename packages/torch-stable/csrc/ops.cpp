@@ -16,6 +16,7 @@
 
 #include "stable_tensor.h"
 #include "tierkit/op_table.h"
+#include "tierkit/op_tags.h"
 
 namespace tierkit_stable {
 namespace {
@@ -93,10 +94,20 @@ TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
 
 // The schemas are tierkit::'s (core's list, tierkit/op_schemas.h), in their
 // own namespace: both tiers can be loaded in one process.
+// core's flags for a schema as torch's tags (tierkit/op_tags.h says why;
+// the stable ABI takes tags since torch 2.12).
+static std::vector<at::Tag> tags_of(const char* schema, bool pointwise_kind) {
+  const tierkit::OpTags t = tierkit::op_tags(schema, pointwise_kind);
+  std::vector<at::Tag> tags;
+  if (t.pointwise) tags.push_back(at::Tag::pointwise);
+  if (t.flexible_layout) tags.push_back(at::Tag::flexible_layout);
+  return tags;
+}
+
 STABLE_TORCH_LIBRARY(tierkit_stable, m) {
-  for (const char* schema : tierkit::kOpSchemas) m.def(schema);
-  for (const char* schema : tierkit::kRowReductionSchemas) m.def(schema);  // kernels: rows.cpp
-  for (const char* schema : tierkit::kRowMapSchemas) m.def(schema);        // kernels: row_maps.cpp
+  for (const char* schema : tierkit::kOpSchemas) m.def(schema, tags_of(schema, true));
+  for (const char* schema : tierkit::kRowReductionSchemas) m.def(schema, tags_of(schema, false));  // rows.cpp
+  for (const char* schema : tierkit::kRowMapSchemas) m.def(schema, tags_of(schema, false));  // row_maps.cpp
 }
 
 // One kernel type per op (a name, so TORCH_BOX's argument holds no comma).
