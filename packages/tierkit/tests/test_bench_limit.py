@@ -159,11 +159,11 @@ def test_the_bench_session_fails_on_a_measurement_error(monkeypatch, tmp_path, c
 
     import tierkit.bench as bench
 
-    monkeypatch.setattr(bench, "run", lambda quick, out: _results(1.2))
+    monkeypatch.setattr(bench, "run", lambda quick, out, **kw: _results(1.2))
     args = argparse.Namespace(quick=True, out=str(tmp_path))
     assert bench_main(args) == 1
     assert "[MEASUREMENT ERROR]" in capsys.readouterr().out
-    monkeypatch.setattr(bench, "run", lambda quick, out: _results(0.95))
+    monkeypatch.setattr(bench, "run", lambda quick, out, **kw: _results(0.95))
     assert bench_main(args) == 0
     assert json.loads((tmp_path / "results.json").read_text())["targets"]
 

@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="the benchmark report")
     bench.add_argument("--quick", action="store_true", help="a one-minute smoke version")
     bench.add_argument("--out", default="bench-results", help="output directory (default bench-results/)")
+    bench.add_argument(
+        "--cold-builds",
+        action="store_true",
+        help="also time each torch tier's cold build (minutes of compiling; the stable-ABI section)",
+    )
     bench.set_defaults(func=_bench)
     return parser
 

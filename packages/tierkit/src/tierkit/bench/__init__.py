@@ -12,9 +12,9 @@ from . import machine, report, targets
 from .sections import SECTIONS, Config, Skip
 
 
-def run(quick: bool, out_dir: str, log=None) -> dict:
+def run(quick: bool, out_dir: str, log=None, cold_builds: bool = False) -> dict:
     log = log or (lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
-    cfg = Config(quick=quick, out_dir=out_dir, log=log)
+    cfg = Config(quick=quick, out_dir=out_dir, log=log, cold_builds=cold_builds)
     results: dict[str, Any] = {"quick": quick, "machine": machine.info(), "sections": {}}
     for i, (name, section) in enumerate(SECTIONS.items(), 1):
         log(f"({i}/{len(SECTIONS)}) {name} ...")
@@ -31,7 +31,7 @@ def run(quick: bool, out_dir: str, log=None) -> dict:
 
 
 def main(args) -> int:
-    results = run(args.quick, args.out)
+    results = run(args.quick, args.out, cold_builds=getattr(args, "cold_builds", False))
     paths = report.write(results, args.out)
     print("\n".join(["wrote:", *paths]))
     for t in results["targets"]:

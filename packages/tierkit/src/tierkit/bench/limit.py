@@ -7,8 +7,9 @@
   at least ``BEYOND`` times the last-level cache (all its instances
   together); only there is the limit the memory's. Elsewhere the same kernel
   at the same size is a cache (or mixed) bandwidth, and labelled so.
-* A figure above ``ERROR`` times its limit is a measurement error: printed
-  as one, never "met", and it fails the bench session.
+* A figure above ``ERROR`` times its limit is measured again (a bandwidth
+  flip: sections/stream.py's REMEASURE); still above, it is a measurement
+  error: printed as one, never "met", and it fails the bench session.
 """
 
 from __future__ import annotations

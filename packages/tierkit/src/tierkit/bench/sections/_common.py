@@ -24,6 +24,7 @@ class Config:
     quick: bool
     out_dir: str
     log: Callable[[str], None] = print
+    cold_builds: bool = False  # --cold-builds: time the torch tiers' cold builds (minutes)
 
     @property
     def reps(self) -> int:

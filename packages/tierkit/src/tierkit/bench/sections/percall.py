@@ -28,6 +28,72 @@ DTYPE_GOALS = {1e4: 1.0, 1e6: 1.0, 1.6e7: 1.5}
 BRIDGE_GOALS = {1e3: 0.8, 1e4: 1.0, 1e5: 1.0}
 DISPATCH_GOALS = {1e3: 0.91, 1e4: 0.91, 1e5: 0.91, 1e6: 0.91}
 TORCH_THROUGH_BRIDGE_GOAL = 3.0  # time ratio: bridge add(out=) on torch tensors vs torch.add(out=)
+STABLE_LADDER_GOAL = 2.0  # time ratio: the stable op's call vs tierkit's, with and without grad
+
+
+def _ladder(torch, cfg: Config) -> list[dict]:
+    """The per-call ladder (pytorch#177109: the costs users weigh): a one-element
+    add through each way of writing an op, with and without requires_grad,
+    interleaved. Each Python-written op computes with torch.add and has its
+    backward registered, as a real one would."""
+    import tierkit_torch
+
+    try:
+        import tierkit_torch_stable  # noqa: F401  (registers tierkit_stable::)
+    except ImportError:
+        pass
+    stable = getattr(torch.ops, "tierkit_stable", None)
+    has_stable = stable is not None and hasattr(stable, "custom_add")
+    py_define, py_custom = _python_ops(torch)
+    rungs = {
+        "torch.add": torch.add,
+        "tierkit op (TORCH_LIBRARY, C++ autograd)": torch.ops.tierkit.custom_add,
+        "tierkit typed face (tierkit_torch.custom_add)": tierkit_torch.ops.custom_add,
+        "stable op (tierkit_stable, Python autograd)": stable.custom_add if has_stable else None,
+        "torch.library define/impl, Python kernel": py_define,
+        "@torch.library.custom_op": py_custom,
+    }
+    rows = []
+    for grad in (False, True):
+        a, b = torch.ones(1, requires_grad=grad), torch.ones(1)
+        fns = {name: (lambda f=f: f(a, b)) for name, f in rungs.items() if f is not None}
+        s = interleaved(fns, cfg.reps * 2, 2_000)
+        for name in fns:
+            rows.append(
+                {
+                    **row("percall", s[name], kind="ladder", impl=name, n=1),
+                    "grad": grad,
+                    "over_tierkit": paired_ratio(s[name], s["tierkit op (TORCH_LIBRARY, C++ autograd)"]),
+                }
+            )
+    return rows
+
+
+_LADDER_OPS: list = []  # made once a process: a namespace's ops cannot be defined twice
+
+
+def _python_ops(torch):
+    """The two Python-written rungs: a define/impl op with a Python CPU kernel,
+    and a @custom_op, each with a registered backward (d/da = d/db = 1)."""
+    if not _LADDER_OPS:
+        lib = torch.library.Library("tierkit_ladder", "FRAGMENT")
+        lib.define("add_py(Tensor a, Tensor b) -> Tensor")
+        lib.impl("add_py", lambda a, b: torch.add(a, b), "CPU")
+
+        def backward(ctx, grad):
+            return grad, grad
+
+        torch.library.register_autograd("tierkit_ladder::add_py", backward, lib=lib)
+        add_co = torch.library.custom_op(
+            "tierkit_ladder::add_co",
+            lambda a, b: torch.add(a, b),
+            mutates_args=(),
+            schema="(Tensor a, Tensor b) -> Tensor",
+        )
+        add_co.register_autograd(backward)
+        _LADDER_OPS.extend([lib, torch.ops.tierkit_ladder.add_py, add_co])
+    return _LADDER_OPS[1], _LADDER_OPS[2]
+
 
 HALF_PROBE = textwrap.dedent("""
     import json, sys, torch, tierkit_torch
@@ -121,6 +187,9 @@ def measure(cfg: Config) -> list[dict]:
         }
     )
 
+    cfg.log("percall: the per-call ladder")
+    rows += _ladder(torch, cfg)
+
     cfg.log("percall: torch op vs aten")
     for n in sorted(DISPATCH_GOALS):
         a, b = torch.randn(int(n)), torch.randn(int(n))
@@ -187,6 +256,23 @@ def markdown(results: dict) -> list[str]:
                 )
             )
             out.append("")
+    ladder = _rows(results, "ladder")
+    if ladder:
+        out.append(
+            table(
+                ["one-element add through", "requires_grad", "per call", "time over tierkit's op"],
+                [[r["impl"], str(r["grad"]), timed(r), f"{r['over_tierkit']:.2f}x"] for r in ladder],
+            )
+        )
+        out.append("")
+        out.append(
+            "The stable op's floor: its kernel is boxed through the stable C ABI (a stack of "
+            "StableIValues, no unboxed fast path) and, with no C++ autograd in the stable ABI, its "
+            "autograd is torch-common's Python autograd.Function, registered on the Autograd key: "
+            "every call that reaches that key runs Python, requires_grad or not, as a "
+            "`@torch.library.custom_op` with a registered backward does."
+        )
+        out.append("")
     for r in _rows(results, "bridge torch"):
         out.append(
             f"{r['impl']}, 16 elements: {timed(r)} a call against {r['peer_s'] * 1e6:.2f} us for "
@@ -220,6 +306,19 @@ def targets(results: dict) -> list[dict]:
             name = f"{pair['impl']} >= {goal} x {pair['peer']}, n = {pair['n']:.0e}"
             detail = f"{pair['median_s'] * 1e6:.2f} us vs {pair['peer_s'] * 1e6:.2f} us"
             out.append(target(name, goal, round(pair["ratio"], 2), pair["ratio"] >= goal, detail))
+    for r in _rows(results, "ladder"):
+        if r["impl"].startswith("stable op"):
+            goal = STABLE_LADDER_GOAL
+            grad = "with" if r["grad"] else "without"
+            out.append(
+                target(
+                    f"stable op per call <= {goal} x tierkit's op, 1 element, {grad} requires_grad",
+                    goal,
+                    round(r["over_tierkit"], 2),
+                    r["over_tierkit"] <= goal,
+                    f"{r['median_s'] * 1e6:.2f} us a call",
+                )
+            )
     for t in _rows(results, "bridge torch"):
         goal = TORCH_THROUGH_BRIDGE_GOAL
         detail = f"{t['median_s'] * 1e6:.2f} us vs {t['peer_s'] * 1e6:.2f} us"

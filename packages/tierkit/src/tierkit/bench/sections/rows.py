@@ -1,7 +1,8 @@
 """12. The row reductions, every ROW_REDUCTIONS entry of the op table
 (forward, forward + backward, and the fused residual form where the entry
-has one), against eager F.<name>, torch.compile and the compiled copy loop:
-a new entry is measured here with no new code."""
+has one), against eager F.<name>, torch.compile, onnxruntime's CPU kernels
+(where installed: ort_peer.py) and the compiled copy loop: a new entry is
+measured here with no new code (a new ONNX peer is a line in ort_peer.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ PROBE = textwrap.dedent("""
     import torch, tierkit_torch
     import torch.nn.functional as F
     from tierkit_core.op_table import ROW_REDUCTIONS
-    from tierkit.bench import stream_lib
+    from tierkit.bench import ort_peer, stream_lib
     from tierkit.bench.timing import inner_for, interleaved, paired_ratio
     reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
     ops = torch.ops.tierkit
@@ -84,13 +85,29 @@ PROBE = textwrap.dedent("""
                             c(x, ps[0])
                             impls[f"HF {mode} torch.compile (THP)"] = lambda c=c: c(x, ps[0])
                             refs[f"HF {mode} torch.compile (THP)"] = mine
+                if ort_peer.available():
+                    # onnxruntime's kernels, outputs bound to preallocated tensors; checked against ours
+                    # once, so a wrong peer is not a fast one.
+                    threads = torch.get_num_threads()
+                    got = ort_peer.plain(name, x, ps, EPS, threads)
+                    if got:
+                        got[0]()
+                        torch.testing.assert_close(got[1], op(x, *ps, EPS), rtol=2e-2, atol=2e-2)
+                        impls["onnxruntime fwd"] = got[0]
+                    got = ort_peer.fused(name, x, r, ps, EPS, threads) if entry.fused_add else None
+                    if got:
+                        got[0]()
+                        want = getattr(ops, entry.add_name)(x, r, *ps, EPS)
+                        torch.testing.assert_close(got[1], want[0], rtol=2e-2, atol=2e-2)
+                        torch.testing.assert_close(got[2], want[1], rtol=2e-2, atol=2e-2)
+                        impls["onnxruntime fused add"] = got[0]
                 impls = {k: v for k, v in impls.items() if v is not None}  # --quick: no compile peers
                 limit = None
                 if stream_lib.available():
                     # x read and y written: the bytes of a copy of x.
                     stream = stream_lib.Stream(rows_ * d * x.element_size() // 4, torch.get_num_threads())
                     limit = "STREAM copy"
-                    impls[limit] = stream.timer("copy", "ordinary")
+                    impls[limit] = stream.timer("copy", "fastest")
                 s = interleaved(impls, reps, inner_for(rows_ * d * x.element_size() * 2 / 10e9), warmup=1)
                 for impl, t in s.items():
                     kind = "add" if "add" in impl or impl.startswith("x + r") else ("fwd+bwd" if "bwd" in impl else "fwd")
@@ -172,9 +189,13 @@ def targets(results: dict) -> list[dict]:
     rows = timed_rows(results, "rows")
     out = []
     for entry in ROW_REDUCTIONS:
-        peers = [("torch.compile fwd (THP)", 1.0), ("torch.compile fwd+bwd (THP)", 1.0)]
+        peers = [
+            ("torch.compile fwd (THP)", 1.0),
+            ("torch.compile fwd+bwd (THP)", 1.0),
+            ("onnxruntime fwd", 1.2),
+        ]
         if entry.fused_add:
-            peers.append(("x + r (into a preallocated h), then torch op", 1.15))
+            peers += [("x + r (into a preallocated h), then torch op", 1.15), ("onnxruntime fused add", 1.2)]
         for rows_, d in ([4096, 4096], [16384, 1024]):
             for dtype in ("float32", "bfloat16"):
                 where = f"[{rows_}, {d}] {dtype}"
@@ -183,7 +204,11 @@ def targets(results: dict) -> list[dict]:
                     r = pick(mine, impl=peer, nrows=rows_, d=d, dtype=dtype)
                     if r:
                         ratio = round(r[0]["ours_over_theirs"], 2)
-                        what = f"{entry.add_name}" if peer.startswith("x + r") else entry.name
+                        what = (
+                            entry.add_name
+                            if peer.startswith("x + r") or peer.endswith("fused add")
+                            else entry.name
+                        )
                         out.append(
                             target(f"{what} vs {peer} >= {factor}x, {where}", factor, ratio, ratio >= factor)
                         )

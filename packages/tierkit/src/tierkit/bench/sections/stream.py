@@ -23,6 +23,9 @@ OPS = {
 }
 
 
+REMEASURE = 2  # runs more where a bandwidth flip put a figure above its limit
+
+
 def beyond_n(cache_list: list[dict]) -> int:
     """float32 elements an array needs to be beyond the caches (at least
     6.4e7, the kernels section's largest size)."""
@@ -88,7 +91,25 @@ def measure(cfg: Config) -> list[dict]:
             "torch add_out": lambda: ops.add_out(a, b, c),
         }
     )
-    samples = interleaved(impls, cfg.reps)
+    # Memory bandwidth here flips between rates for tens of seconds: a figure above its limit
+    # (a flip between the limit's samples and the op's) is measured again, up to REMEASURE
+    # times, rather than failing the session; the rows say how many runs it took.
+    runs = 0
+    while True:
+        runs += 1
+        rows = _rows(interleaved(impls, cfg.reps), n, threads, stores, pool_t, torch_t, cache_list)
+        flipped = [r for r in rows if limit.is_error(r.get("of_limit"))]
+        if not flipped or runs > REMEASURE:
+            break
+        cfg.log(f"stream: {len(flipped)} figure(s) above {limit.ERROR} x the limit: measuring again")
+    for r in rows:
+        r["runs"] = runs
+    for s_ in streams.values():
+        s_.close()
+    return rows
+
+
+def _rows(samples, n, threads, stores, pool_t, torch_t, cache_list) -> list[dict]:
     rows = []
     for k, (_, arrays) in limit.KERNELS.items():
         kind = limit.regime([n * 4] * arrays, cache_list)
@@ -119,8 +140,6 @@ def measure(cfg: Config) -> list[dict]:
                 gbs=gbs(arrays * n * 4, s.median), regime=limit.regime([n * 4] * arrays, cache_list),
                 of_limit=limit.fraction(limit_samples(samples, k, t, stores), s.seconds))
         )  # fmt: skip
-    for s_ in streams.values():
-        s_.close()
     return rows
 
 
