@@ -11,6 +11,7 @@ Imported by the rows section's probe; onnxruntime and onnx are optional
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 # entry name -> (ONNX op, domain, parameter input names): the plain forms.
@@ -27,11 +28,20 @@ FUSED = {
 
 def available() -> bool:
     try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
+        _ort()
+        _onnx()
     except ImportError:
         return False
     return True
+
+
+# Imported by name: neither ships type information, and both are optional.
+def _ort() -> Any:
+    return importlib.import_module("onnxruntime")
+
+
+def _onnx() -> Any:
+    return importlib.import_module("onnx")
 
 
 def _session(
@@ -43,8 +53,8 @@ def _session(
     threads: int,
     axis: bool,
 ) -> Any:
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    ort, onnx = _ort(), _onnx()
+    TensorProto, helper = onnx.TensorProto, onnx.helper
 
     elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
     dtype = str(inputs[0][1].dtype).removeprefix("torch.")

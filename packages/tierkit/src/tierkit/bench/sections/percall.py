@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 import textwrap
+from functools import partial
+from typing import Any
 
 from ..timing import inner_for, interleaved, paired_ratio
 from ._common import Config, need, not_measured, row, table, target, timed
@@ -43,20 +45,19 @@ def _ladder(torch, cfg: Config) -> list[dict]:
     except ImportError:
         pass
     stable = getattr(torch.ops, "tierkit_stable", None)
-    has_stable = stable is not None and hasattr(stable, "custom_add")
     py_define, py_custom = _python_ops(torch)
     rungs = {
         "torch.add": torch.add,
         "tierkit op (TORCH_LIBRARY, C++ autograd)": torch.ops.tierkit.custom_add,
         "tierkit typed face (tierkit_torch.custom_add)": tierkit_torch.ops.custom_add,
-        "stable op (tierkit_stable, Python autograd)": stable.custom_add if has_stable else None,
+        "stable op (tierkit_stable, Python autograd)": getattr(stable, "custom_add", None),
         "torch.library define/impl, Python kernel": py_define,
         "@torch.library.custom_op": py_custom,
     }
     rows = []
     for grad in (False, True):
         a, b = torch.ones(1, requires_grad=grad), torch.ones(1)
-        fns = {name: (lambda f=f: f(a, b)) for name, f in rungs.items() if f is not None}
+        fns: dict[str, Any] = {name: partial(f, a, b) for name, f in rungs.items() if f is not None}
         s = interleaved(fns, cfg.reps * 2, 2_000)
         for name in fns:
             rows.append(
@@ -306,17 +307,17 @@ def targets(results: dict) -> list[dict]:
             name = f"{pair['impl']} >= {goal} x {pair['peer']}, n = {pair['n']:.0e}"
             detail = f"{pair['median_s'] * 1e6:.2f} us vs {pair['peer_s'] * 1e6:.2f} us"
             out.append(target(name, goal, round(pair["ratio"], 2), pair["ratio"] >= goal, detail))
-    for r in _rows(results, "ladder"):
-        if r["impl"].startswith("stable op"):
+    for rung in _rows(results, "ladder"):
+        if rung["impl"].startswith("stable op"):
             goal = STABLE_LADDER_GOAL
-            grad = "with" if r["grad"] else "without"
+            grad = "with" if rung["grad"] else "without"
             out.append(
                 target(
                     f"stable op per call <= {goal} x tierkit's op, 1 element, {grad} requires_grad",
                     goal,
-                    round(r["over_tierkit"], 2),
-                    r["over_tierkit"] <= goal,
-                    f"{r['median_s'] * 1e6:.2f} us a call",
+                    round(rung["over_tierkit"], 2),
+                    rung["over_tierkit"] <= goal,
+                    f"{rung['median_s'] * 1e6:.2f} us a call",
                 )
             )
     for t in _rows(results, "bridge torch"):
