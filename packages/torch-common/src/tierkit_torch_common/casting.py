@@ -61,7 +61,11 @@ def arrange(
         weight = weight.to(compute_dtype(torch, x, params)) + offset
     elif offset != 0:
         weight = weight + offset
-    if mode.rounds_normalized:
+    # Rounding x-hat to x's dtype is exact where x is in its compute type (float32,
+    # float64): with a weight of x's dtype the mode is then aten's bit for bit, and
+    # one pass instead of the norm and a product (csrc/row_casting.cpp agrees).
+    exact = weight.dtype == x.dtype and x.dtype in (torch.float32, torch.float64)
+    if mode.rounds_normalized and not exact:
         return (None, *rest), weight
     return (weight, *rest), None
 
