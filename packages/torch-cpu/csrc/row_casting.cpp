@@ -70,8 +70,8 @@ Arranged arrange(const char* op, const at::Tensor& x, const std::optional<at::Te
   // Rounding x-hat to x's dtype is exact where x is in its compute type (float32,
   // float64): with a weight of x's dtype the mode is then aten's bit for bit, and
   // one pass instead of the norm and a product (torch-common's arrange() agrees).
-  const bool exact = w.scalar_type() == x.scalar_type() &&
-                     (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
+  const bool exact =
+      w.scalar_type() == x.scalar_type() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble);
   if (mode.rounds_normalized && !exact) return {std::nullopt, w};
   return {w, at::Tensor()};
 }
