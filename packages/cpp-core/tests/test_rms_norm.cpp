@@ -212,6 +212,35 @@ TYPED_TEST(RmsNorm, ForwardIsTheDocumentedOrderBitForBit) {
   }
 }
 
+// Outputs below the smallest normal number, and NaN rows, in the documented
+// bits: the vector stores round them as the scalar conversion does (AVX512-
+// BF16's conversion alone would flush a subnormal float to zero).
+TYPED_TEST(RmsNorm, SubnormalAndNanOutputsAreTheDocumentedBits) {
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    auto x = random_vec<T>(s.rows * s.d, 5 + s.d);
+    if (s.rows > 1 && s.d > 0) x[s.d + s.d / 2] = to_t<T>(std::numeric_limits<long double>::quiet_NaN());
+    std::vector<T> w(s.d);
+    std::mt19937 gen(6);
+    std::uniform_real_distribution<float> scale(0.5f, 1.5f);
+    // |y| ~ 2^-130: subnormal in float and bfloat16 (zero in half).
+    for (auto& e : w) e = to_t<T>(std::ldexp(static_cast<long double>(scale(gen)), -130));
+    std::vector<T> y(x.size()), y_doc(x.size());
+    std::vector<C<T>> rstd(s.rows), rstd_doc(s.rows);
+    rms::rms_norm_forward(x.data(), w.data(), 1e-5, s.rows, s.d, y.data(), rstd.data());
+    documented_forward(x.data(), w.data(), 1e-5, s.rows, s.d, y_doc.data(), rstd_doc.data());
+    EXPECT_TRUE(same_bits(y, y_doc)) << "d " << s.d;
+    bool some_subnormal = false;
+    for (const T& v : y) {
+      const long double a = std::fabs(ld(v));
+      some_subnormal |= a > 0 && a < std::ldexp(1.0L, kMinExp<T>);
+    }
+    if ((std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) && s.rows * s.d > 4) {
+      EXPECT_TRUE(some_subnormal) << "d " << s.d;
+    }
+  }
+}
+
 TYPED_TEST(RmsNorm, BackwardMatchesReference) {
   using T = TypeParam;
   const Shape shapes[] = {{5, 33}, {3, 4097}, {7, 1}, {70, 16}, {600, 64}, {9, 15}};

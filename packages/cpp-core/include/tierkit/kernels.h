@@ -352,6 +352,11 @@ inline bool cpu_has_avx512bf16() {
   }();
   return has;
 }
+// The row kernels' bfloat16 stores also classify floats (VFPCLASSPS, DQ).
+inline bool cpu_has_avx512bf16_dq() {
+  static const bool has = cpu_has_avx512bf16() && __builtin_cpu_supports("avx512dq");
+  return has;
+}
 TIERKIT_16_AVX512BF16 inline void from_floats_512_bf16(const float* in, BFloat16* out) {
   const __m512 v = _mm512_load_ps(in);
   const __m512i x = _mm512_castps_si512(v);

@@ -248,9 +248,17 @@ TIERKIT_ROW_INLINE typename W::F load_lanes(const T* p) {
   if constexpr (std::is_same_v<T, float>) {
     __builtin_memcpy(&v, p, sizeof(v));
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    typename W::H h;
-    __builtin_memcpy(&h, static_cast<const void*>(p), sizeof(h));
-    const typename W::U b = __builtin_convertvector(h, typename W::U) << 16;
+    typename W::U u;
+    if constexpr (W::kLanes == 16) {
+      // One VPMOVZXWD from memory: GCC splits the generic conversion into
+      // two 8-lane halves and an insert (five instructions, not one).
+      asm("vpmovzxwd %1, %0" : "=v"(u) : "m"(*reinterpret_cast<const typename W::H*>(p)));
+    } else {
+      typename W::H h;
+      __builtin_memcpy(&h, static_cast<const void*>(p), sizeof(h));
+      u = __builtin_convertvector(h, typename W::U);
+    }
+    const typename W::U b = u << 16;
     __builtin_memcpy(&v, &b, sizeof(v));
   } else {
     alignas(64) float f[W::kLanes];
@@ -274,6 +282,21 @@ TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) 
       __builtin_memcpy(p, &v, sizeof(v));
     }
   } else if constexpr (std::is_same_v<T, BFloat16>) {
+    if constexpr (W::kNativeBf16) {
+      // VCVTNEPS2BF16 (AVX512-BF16): the integer lanes' bits below in one
+      // instruction, but for subnormal inputs, which it flushes to zero; a
+      // block with one (an op's result below 2^-126: rare) takes the lanes.
+      // (VFPCLASSPS class 0x20: denormal; AVX512-DQ, which every
+      // AVX512-BF16 CPU has.)
+      unsigned short subnormal;
+      asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal) : "v"(v));
+      if (!subnormal) {
+        typename W::H h;
+        asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(v));
+        __builtin_memcpy(static_cast<void*>(p), &h, sizeof(h));
+        return;
+      }
+    }
     typename W::U x;
     __builtin_memcpy(&x, &v, sizeof(x));
     const typename W::U hi = x >> 16;
@@ -424,6 +447,7 @@ class ParamFloats {
 #define TIERKIT_ROW_WIDTH(NAME, LANES, SUFFIX)    \
   struct NAME : RowVecs<LANES> {                  \
     static constexpr std::int64_t kLanes = LANES; \
+    static constexpr bool kNativeBf16 = false;    \
     template <typename T>                         \
     static void to(const T* in, float* out) {     \
       to_floats_##SUFFIX(in, out);                \
@@ -436,6 +460,10 @@ class ParamFloats {
 TIERKIT_ROW_WIDTH(RowWidth256, kLanes256, 256)
 TIERKIT_ROW_WIDTH(RowWidth512, kLanes512, 512)
 #undef TIERKIT_ROW_WIDTH
+// AVX-512 with its BF16 conversion (store_lanes): bfloat16's rows only.
+struct RowWidth512Bf16 : RowWidth512 {
+  static constexpr bool kNativeBf16 = true;
+};
 #pragma GCC diagnostic pop
 #endif  // TIERKIT_ROW_VEC
 
@@ -454,6 +482,12 @@ TIERKIT_ROW_WIDTH(RowWidth512, kLanes512, 512)
       __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void          \
       row_vec_##NAME##_avx512(A... a) {                                                                      \
     K::template RowsVec<RowWidth512, T>::NAME(a...);                                                         \
+  }                                                                                                          \
+  template <typename K, typename T, typename... A>                                                           \
+  TIERKIT_16_AVX512                                                                                          \
+      __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void          \
+      row_vec_##NAME##_avx512bf16(A... a) {                                                                  \
+    K::template RowsVec<RowWidth512Bf16, T>::NAME(a...);                                                     \
   }
 TIERKIT_ROW_VEC_COPIES(forward)
 TIERKIT_ROW_VEC_COPIES(add_forward)
@@ -470,12 +504,16 @@ TIERKIT_ROW_COPIES(add_forward)
 TIERKIT_ROW_COPIES(backward)
 #undef TIERKIT_ROW_COPIES
 #ifdef TIERKIT_ROW_VEC
-#define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)                                                       \
-  if constexpr (!std::is_same_v<T, double>) {                                                           \
-    if (cpu_has_16bit_simd()) {                                                                         \
-      if (simd_level() == SimdLevel::Avx512) return row_vec_##NAME##_avx512<K, T>(__VA_ARGS__, stream); \
-      if (simd_level() == SimdLevel::Avx2) return row_vec_##NAME##_avx2<K, T>(__VA_ARGS__, stream);     \
-    }                                                                                                   \
+#define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)                                                     \
+  if constexpr (!std::is_same_v<T, double>) {                                                         \
+    if (cpu_has_16bit_simd()) {                                                                       \
+      if (simd_level() == SimdLevel::Avx512) {                                                        \
+        if constexpr (std::is_same_v<T, BFloat16>)                                                    \
+          if (cpu_has_avx512bf16_dq()) return row_vec_##NAME##_avx512bf16<K, T>(__VA_ARGS__, stream); \
+        return row_vec_##NAME##_avx512<K, T>(__VA_ARGS__, stream);                                    \
+      }                                                                                               \
+      if (simd_level() == SimdLevel::Avx2) return row_vec_##NAME##_avx2<K, T>(__VA_ARGS__, stream);   \
+    }                                                                                                 \
   }
 #else
 #define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)
