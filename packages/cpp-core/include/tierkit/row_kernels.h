@@ -477,17 +477,11 @@ struct RowWidth512Bf16 : RowWidth512 {
   TIERKIT_16_AVX2 __attribute__((flatten, optimize("fp-contract=off"))) void row_vec_##NAME##_avx2(A... a) { \
     K::template RowsVec<RowWidth256, T>::NAME(a...);                                                         \
   }                                                                                                          \
-  template <typename K, typename T, typename... A>                                                           \
+  template <typename K, typename T, typename W, typename... A>                                               \
   TIERKIT_16_AVX512                                                                                          \
       __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void          \
       row_vec_##NAME##_avx512(A... a) {                                                                      \
-    K::template RowsVec<RowWidth512, T>::NAME(a...);                                                         \
-  }                                                                                                          \
-  template <typename K, typename T, typename... A>                                                           \
-  TIERKIT_16_AVX512                                                                                          \
-      __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void          \
-      row_vec_##NAME##_avx512bf16(A... a) {                                                                  \
-    K::template RowsVec<RowWidth512Bf16, T>::NAME(a...);                                                     \
+    K::template RowsVec<W, T>::NAME(a...);                                                                   \
   }
 TIERKIT_ROW_VEC_COPIES(forward)
 TIERKIT_ROW_VEC_COPIES(add_forward)
@@ -504,16 +498,17 @@ TIERKIT_ROW_COPIES(add_forward)
 TIERKIT_ROW_COPIES(backward)
 #undef TIERKIT_ROW_COPIES
 #ifdef TIERKIT_ROW_VEC
-#define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)                                                     \
-  if constexpr (!std::is_same_v<T, double>) {                                                         \
-    if (cpu_has_16bit_simd()) {                                                                       \
-      if (simd_level() == SimdLevel::Avx512) {                                                        \
-        if constexpr (std::is_same_v<T, BFloat16>)                                                    \
-          if (cpu_has_avx512bf16_dq()) return row_vec_##NAME##_avx512bf16<K, T>(__VA_ARGS__, stream); \
-        return row_vec_##NAME##_avx512<K, T>(__VA_ARGS__, stream);                                    \
-      }                                                                                               \
-      if (simd_level() == SimdLevel::Avx2) return row_vec_##NAME##_avx2<K, T>(__VA_ARGS__, stream);   \
-    }                                                                                                 \
+#define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)                                                   \
+  if constexpr (!std::is_same_v<T, double>) {                                                       \
+    if (cpu_has_16bit_simd()) {                                                                     \
+      if (simd_level() == SimdLevel::Avx512) {                                                      \
+        if constexpr (std::is_same_v<T, BFloat16>)                                                  \
+          if (cpu_has_avx512bf16_dq())                                                              \
+            return row_vec_##NAME##_avx512<K, T, RowWidth512Bf16>(__VA_ARGS__, stream);             \
+        return row_vec_##NAME##_avx512<K, T, RowWidth512>(__VA_ARGS__, stream);                     \
+      }                                                                                             \
+      if (simd_level() == SimdLevel::Avx2) return row_vec_##NAME##_avx2<K, T>(__VA_ARGS__, stream); \
+    }                                                                                               \
   }
 #else
 #define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)
