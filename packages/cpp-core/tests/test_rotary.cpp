@@ -1,11 +1,14 @@
 // Core's rotary row map against a long-double evaluation of its formula:
 // both layouts (NeoX halves, GPT-J pairs), tables broadcast over leading
 // dims, partial width, the transpose as the map's adjoint (<R x, g> = <x,
-// R^T g>), every dtype, and the same bits for any thread count.
+// R^T g>), every dtype, the same bits for any thread count, and the
+// vectorized loops' bits against the scalar formula's, in place or not.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "tierkit/row_maps.h"
@@ -101,6 +104,54 @@ TEST(Rotary, TransposeIsTheAdjoint) {
     }
     EXPECT_NEAR(static_cast<double>(lhs), static_cast<double>(rhs), 1e-12);
   }
+}
+
+// The vectorized pair loops give the scalar formula's bits (each element's
+// products and sum in the compute type, rounded once to T), written over x
+// (y == x) as into a separate y: head widths with and without a vector tail.
+template <typename T>
+void check_scalar_bits(bool interleaved, bool transpose, std::int64_t d, std::int64_t r) {
+  using C = tierkit::compute_t<T>;
+  Case c;
+  c.d = d;
+  c.r = r;
+  std::mt19937 g(11);
+  auto x = random_of<T>(c.b * c.s * c.d, g);
+  auto cs = random_of<T>(c.s * c.r, g), sn = random_of<T>(c.s * c.r, g);
+  std::vector<T> want(x.size());
+  const std::int64_t h = r / 2;
+  for (std::int64_t row = 0; row < c.b * c.s; ++row) {
+    const T *xr = x.data() + row * d, *cr = cs.data() + (row % c.s) * r, *sr = sn.data() + (row % c.s) * r;
+    T* wr = want.data() + row * d;
+    for (std::int64_t j = r; j < d; ++j) wr[j] = xr[j];
+    for (std::int64_t i = 0; i < h; ++i) {
+      const std::int64_t ia = interleaved ? 2 * i : i, ib = interleaved ? 2 * i + 1 : i + h;
+      const C a = tierkit::load_compute(xr + ia), b = tierkit::load_compute(xr + ib);
+      const C ca = tierkit::load_compute(cr + ia), cb = tierkit::load_compute(cr + ib);
+      const C sa = tierkit::load_compute(sr + ia), sb = tierkit::load_compute(sr + ib);
+      tierkit::store_compute(wr + ia, transpose ? C(a * ca + b * sb) : C(a * ca - b * sa));
+      tierkit::store_compute(wr + ib, transpose ? C(b * cb - a * sa) : C(b * cb + a * sb));
+    }
+  }
+  const T* tables[2] = {cs.data(), sn.data()};
+  std::vector<T> y(x.size());
+  tierkit::kernels::row_map<Rotary>(x.data(), tables, layout(c), c.b * c.s, d, r, interleaved, transpose,
+                                    y.data());
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(T))) << d << " " << r;
+  tierkit::kernels::row_map<Rotary>(x.data(), tables, layout(c), c.b * c.s, d, r, interleaved, transpose,
+                                    x.data());
+  EXPECT_EQ(0, std::memcmp(x.data(), want.data(), x.size() * sizeof(T))) << d << " " << r << " in place";
+}
+
+TEST(Rotary, VectorLoopsGiveTheScalarBitsInPlaceOrNot) {
+  for (bool inter : {false, true})
+    for (bool transpose : {false, true})
+      for (auto [d, r] : {std::pair<std::int64_t, std::int64_t>{136, 128}, {80, 14}, {64, 64}}) {
+        check_scalar_bits<float>(inter, transpose, d, r);
+        check_scalar_bits<double>(inter, transpose, d, r);
+        check_scalar_bits<tierkit::Half>(inter, transpose, d, r);
+        check_scalar_bits<tierkit::BFloat16>(inter, transpose, d, r);
+      }
 }
 
 TEST(Rotary, RefusesAnOddOrTooWideWidth) {

@@ -30,7 +30,7 @@ struct Rotary {
   static constexpr std::size_t kTables = 2;
   // 16-bit rows go through float blocks of this many columns (every head_dim
   // models use fits one): widened once, computed by the float loop (which the
-  // compiler vectorizes; per element, the 16-bit conversions do not), narrowed once.
+  // compiler vectorizes, as it does the conversion loops), narrowed once.
   static constexpr std::int64_t kBlock = 1024;
 
   template <typename T>
@@ -39,6 +39,7 @@ struct Rotary {
     if constexpr (!std::is_same_v<compute_t<T>, T>) {
       if (r <= kBlock) {
         float xf[kBlock], cf[kBlock], sf[kBlock], yf[kBlock];
+        TIERKIT_VECTORIZE_LOOP
         for (std::int64_t j = 0; j < r; ++j) {
           xf[j] = load_compute(x + j);
           cf[j] = load_compute(c + j);
@@ -53,6 +54,7 @@ struct Rotary {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+        TIERKIT_VECTORIZE_LOOP
         for (std::int64_t j = 0; j < r; ++j) store_compute(y + j, yf[j]);
         if (y != x)
           for (std::int64_t j = r; j < d; ++j) y[j] = x[j];
@@ -62,12 +64,12 @@ struct Rotary {
     using C = compute_t<T>;
     const std::int64_t h = r / 2;
     // pair (a, b) at (ia, ib): forward [ca a - sa b, sb a + cb b]; transpose [ca a + sb b, cb b - sa a].
-    const auto pair = [&](std::int64_t ia, std::int64_t ib) {
+    const auto pair = [&](std::int64_t ia, std::int64_t ib, auto transposed) {
       const C a = load_compute(x + ia), b = load_compute(x + ib);
       const C ca = load_compute(c + ia), cb = load_compute(c + ib);
       const C sa = load_compute(s + ia), sb = load_compute(s + ib);
       C ya, yb;
-      if (!transpose) {
+      if constexpr (!decltype(transposed)::value) {
         ya = a * ca - b * sa;
         yb = b * cb + a * sb;
       } else {
@@ -77,11 +79,23 @@ struct Rotary {
       store_compute(y + ia, ya);
       store_compute(y + ib, yb);
     };
-    if (interleaved) {
-      for (std::int64_t i = 0; i < h; ++i) pair(2 * i, 2 * i + 1);
-    } else {
-      for (std::int64_t i = 0; i < h; ++i) pair(i, i + h);
-    }
+    // One loop per layout and direction, each vectorized: a pair reads and
+    // writes only its own two columns, so no iteration feeds another, even
+    // with y == x (the compiler alone kept them scalar: six pointers that
+    // may alias, and the direction's branch inside).
+    const auto pairs = [&](auto transposed) {
+      if (interleaved) {
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t i = 0; i < h; ++i) pair(2 * i, 2 * i + 1, transposed);
+      } else {
+        TIERKIT_VECTORIZE_LOOP
+        for (std::int64_t i = 0; i < h; ++i) pair(i, i + h, transposed);
+      }
+    };
+    if (transpose)
+      pairs(std::true_type{});
+    else
+      pairs(std::false_type{});
     if (y != x)
       for (std::int64_t j = r; j < d; ++j) y[j] = x[j];
   }
