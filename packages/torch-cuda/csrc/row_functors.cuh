@@ -40,26 +40,33 @@ struct RmsNormRowsF {
   __device__ static C dx(C g, C xh, C, C c, const C* s) { return mul_rn(add_rn(g, -mul_rn(xh, c)), s[0]); }
 };
 
-// LayerNorm: mean = sum(x) / d corrected by the mean of x - mean, var =
-// sum((x - mean)^2) / d (passes over the row, no cancellation), rstd = 1 / sqrt(var + eps), x-hat =
-// (x - mean) * rstd, dx = ((g - a) - x-hat * c) * rstd.
+// LayerNorm: core's LayerNormRows::moments (tierkit/row_functors.h), term
+// for term and rounding for rounding: mean0 = sum(x) / d; with v = x - mean0,
+// shift = sum(v) / d, mean = mean0 + shift (exact for a constant row) and
+// var = max(0, sum(v^2) / d - shift^2) (the corrected two-pass variance of
+// Chan, Golub and LeVeque: no cancellation when |mean| >> std);
+// rstd = 1 / sqrt(var + eps); x-hat = (x - mean) * rstd,
+// dx = ((g - a) - x-hat * c) * rstd. What is not the CPU's: the order of each
+// sum (per-thread strided partials, then a shuffle tree; the CPU adds lanes
+// in a fixed order), so mean and rstd agree with the CPU's within the compute
+// type's rounding of a d-term sum, not bit for bit; and sum(v) and sum(v^2)
+// are two passes over the row here (one on the CPU), the same terms.
 template <typename C>
 struct LayerNormRowsF {
   static constexpr int kStats = 2;
   template <typename Sum>
   __device__ static void stats(const Sum& sum, int64_t d, C eps, C* s) {
     const C n = static_cast<C>(d);
-    // Corrected by the mean of x - mean0, as core's LayerNormRows (exact for a
-    // constant row, where sum / n's rounding times rstd would be the output).
     const C mean0 = div_rn(sum([](C v) { return v; }), n);
-    const C mean = add_rn(mean0, div_rn(sum([mean0](C v) { return add_rn(v, -mean0); }), n));
-    const C var = div_rn(sum([mean](C v) {
-                           const C c = add_rn(v, -mean);
-                           return mul_rn(c, c);
-                         }),
-                         n);
-    s[0] = mean;
-    s[1] = rsqrt_rn(add_rn(var, eps));
+    const C shift = div_rn(sum([mean0](C v) { return add_rn(v, -mean0); }), n);
+    const C ss = sum([mean0](C v) {
+      const C c = add_rn(v, -mean0);
+      return mul_rn(c, c);
+    });
+    const C diff = add_rn(div_rn(ss, n), -mul_rn(shift, shift));
+    s[0] = add_rn(mean0, shift);
+    // std::max(C(0), diff)'s result, a NaN included (0 < NaN is false: 0).
+    s[1] = rsqrt_rn(add_rn(C(0) < diff ? diff : C(0), eps));
   }
   __device__ static C xhat(C x, const C* s) { return mul_rn(add_rn(x, -s[0]), s[1]); }
   __device__ static C dx(C g, C xh, C a, C c, const C* s) {
