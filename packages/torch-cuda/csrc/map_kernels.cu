@@ -3,7 +3,12 @@
 // and table row found from the row's index (core's RowTables layout). The
 // arithmetic is core's (tierkit/row_maps.h): two products rounded, then
 // their sum (mul_rn/add_rn: no FMA), each output rounded once from the
-// compute type, so the results equal the CPU tiers' bit for bit.
+// compute type with core's conversion (device_math.cuh), so every non-NaN
+// output equals the CPU tiers' bit for bit, and columns past r are copied
+// bits and all. A computed NaN is NaN where the CPU's is, not with its bits:
+// the GPU's arithmetic returns its one canonical NaN (stored as bfloat16
+// 0x7fff, float16 0x7e00, float 0x7fffffff) where the CPU's keeps an
+// operand's sign and payload (tests/test_gpu_nan.py).
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>

@@ -7,7 +7,9 @@
 // through shared memory. The formulas and roundings are core's
 // (tierkit/row_functors.h); the sums' order differs from the CPU's (lanes,
 // then a shuffle tree), so results agree with the CPU tiers within the
-// compute type's rounding, not bit for bit.
+// compute type's rounding, not bit for bit. NaN outputs are NaN where the
+// CPU's are, with the GPU's canonical NaN's bits, not the CPU's
+// (device_math.cuh).
 //
 // Backward: dx per row from the row's means a = mean(g) and c = mean(g *
 // x-hat) (g = dy * w); the weight's and bias's gradients, sum over rows of

@@ -79,3 +79,34 @@ def test_compile_fullgraph_dynamic(entry):
     params = [torch.randn(64, device="cuda") for _ in entry.params]
     fn = torch.compile(lambda x, *p: op(x, *p, 1e-5), fullgraph=True, dynamic=True)
     torch.testing.assert_close(fn(x, *params), op(x, *params, 1e-5))
+
+
+@pytest.mark.parametrize("d", [64, 1000, 4096], ids=str)  # warp rows (vector, scalar), block rows
+@pytest.mark.parametrize("spread", [1.0, 4e-3], ids=["std1", "std4e-3"])
+def test_layer_norm_statistics_on_rows_with_a_large_mean(d, spread):
+    """LayerNorm's mean and rstd on CUDA are core's formula (row_functors.cuh),
+    so they match the CPU's and float64's to the documented tolerance (mean
+    within an ulp, rstd within 1e-6 relative; only the sums' order differs)
+    where the formula matters most: rows of 1e4 + noise in float32, values
+    2^-10 apart. At a spread of a few ulps (std 4e-3) the variance about the
+    rounded mean, mean((x - mean)^2), which this kernel computed before, is
+    off by up to 1.5% (the rounded mean's error squared, against a variance
+    of 1.6e-5); core's corrected two-pass variance is within 2e-7."""
+    g = torch.Generator().manual_seed(3)
+    x = (1e4 + torch.randn(64, d, generator=g, dtype=torch.float64) * spread).float()
+    forward = torch.ops.tierkit._layer_norm_forward
+    eps = 1e-12  # below the variance, so rstd shows it
+    _, s_cpu = forward(x, None, None, eps)
+    _, s_gpu = forward(x.cuda(), None, None, eps)
+    s_gpu = s_gpu.cpu()
+    ulp = 2.0**-10  # float32's spacing in [8192, 16384)
+    mean64 = x.double().mean(-1)
+    rstd64 = 1 / (x.double().var(-1, unbiased=False) + eps).sqrt()
+
+    def rel(a, b):
+        return ((a.double() - b.double()) / b.double()).abs().max().item()
+
+    assert (s_gpu[:, 0].double() - s_cpu[:, 0].double()).abs().max().item() <= ulp
+    assert (s_gpu[:, 0].double() - mean64).abs().max().item() <= ulp
+    assert rel(s_gpu[:, 1], s_cpu[:, 1]) <= 1e-6
+    assert rel(s_gpu[:, 1], rstd64) <= 1e-6
