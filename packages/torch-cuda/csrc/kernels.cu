@@ -19,6 +19,7 @@
 #include "device_math.cuh"
 #include "functors.cuh"
 #include "launch.h"
+#include "sm_count.h"
 
 namespace tierkit_cuda {
 namespace {
@@ -78,9 +79,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // Enough blocks to fill every SM several times over; the grid-stride loops
 // cover the rest, so the grid never depends on n beyond that.
 int grid_for(int64_t work, int threads) {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = sm_count();
   const int64_t wanted = (work + threads - 1) / threads;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, int64_t{sms} * 32)));
 }

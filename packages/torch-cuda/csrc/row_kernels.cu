@@ -25,6 +25,7 @@
 #include "device_math.cuh"
 #include "row_functors.cuh"
 #include "row_launch.h"
+#include "sm_count.h"
 
 namespace tierkit_cuda {
 namespace {
@@ -222,13 +223,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     for (int64_t k = 0; k < slots; ++k) s = add_rn(s, p[k * d + j]);
     out[j] = from_compute<T>(s);
   }
-}
-
-int sm_count() {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
 }
 
 // Blocks for `rows` rows: enough to fill every SM a few times; the kernels'
