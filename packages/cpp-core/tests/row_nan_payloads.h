@@ -97,12 +97,12 @@ std::set<std::uint64_t> allowed_nans(const std::vector<const std::vector<T>*>& i
 }
 
 struct Tally {
-  int nan_mask = 0;         // NaN at one level, not at the other
-  int other_bits = 0;       // non-NaN outputs whose bits differ
-  int payload = 0;          // both NaN, other payload or sign
-  int foreign = 0;          // a NaN output none of the inputs' NaNs (nor the default NaN)
-  int nans = 0;             // NaN outputs seen
-  std::string first;        // the first difference of any kind, for the message
+  int nan_mask = 0;    // NaN at one level, not at the other
+  int other_bits = 0;  // non-NaN outputs whose bits differ
+  int payload = 0;     // both NaN, other payload or sign
+  int foreign = 0;     // a NaN output none of the inputs' NaNs (nor the default NaN)
+  int nans = 0;        // NaN outputs seen
+  std::string first;   // the first difference of any kind, for the message
   void add(const Tally& t) {
     nan_mask += t.nan_mask, other_bits += t.other_bits, payload += t.payload, foreign += t.foreign;
     nans += t.nans;
@@ -158,7 +158,7 @@ Tally run_kind(int n_params) {
     x[0 * d + 2] = quiet_nan<T>(1, false);  // two NaNs in one row
     x[0 * d + d - 3] = quiet_nan<T>(2, true);
     x[1 * d + d / 2] = quiet_nan<T>(3, false);  // one NaN
-    x[2 * d + 1] = to_t<T>(INFINITY);    // rstd 0 (RMSNorm), inf * 0 = the default NaN
+    x[2 * d + 1] = to_t<T>(INFINITY);           // rstd 0 (RMSNorm), inf * 0 = the default NaN
     x[2 * d + 5] = to_t<T>(-INFINITY);
     x[3 * d + 4] = quiet_nan<T>(4, false);  // two NaNs, one in the tail
     x[3 * d + d - 1] = quiet_nan<T>(5, false);
