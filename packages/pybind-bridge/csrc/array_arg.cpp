@@ -374,6 +374,18 @@ std::optional<ArrayArg> ArrayArg::borrow_exchanged(const py::handle& obj, const 
   return from_dltensor(m->dl_tensor, std::move(keep), readonly, name);
 }
 
+namespace {
+bool native_order(const py::dtype& dt) {
+  const char order = dt.byteorder();
+  return order == '=' || order == '|' || (order == '<') == (PY_LITTLE_ENDIAN != 0);
+}
+}  // namespace
+
+bool numpy_swapped(const py::handle& obj) {
+  return numpy_imported() && py::isinstance<py::array>(obj) &&
+         !native_order(py::reinterpret_borrow<py::array>(obj).dtype());
+}
+
 ArrayArg ArrayArg::borrow(const py::handle& obj, const char* name, bool writable) {
   if (numpy_imported() && py::isinstance<py::array>(obj)) {
     const auto a = py::reinterpret_borrow<py::array>(obj);
@@ -383,8 +395,7 @@ ArrayArg ArrayArg::borrow(const py::handle& obj, const char* name, bool writable
       throw py::type_error(std::string(name) + ": expected dtype " + tierkit::accepted_dtype_names() +
                            ", got " + py::str(dt).cast<std::string>());
     }
-    const char order = dt.byteorder();
-    const bool native = order == '=' || order == '|' || (order == '<') == (PY_LITTLE_ENDIAN != 0);
+    const bool native = native_order(dt);
     const bool writeable = a.writeable();
     if (dtype && native && a.ndim() <= tierkit::kMaxRank && (writeable || !writable)) {
       Shape shape, strides;

@@ -21,6 +21,11 @@ namespace tierkit_bridge {
 // be a numpy array, and the bridge must not import numpy itself.
 bool numpy_imported();
 
+// Whether obj is a numpy array whose elements are in the other byte order
+// ('>f4' on a little-endian host): core reads none in place, numpy's rules
+// convert them (tierkit_bridge._numpy_rules.native).
+bool numpy_swapped(const py::handle& obj);
+
 class ArrayArg {
  public:
   // `writable`: the argument will be written to (an `out=`); read-only

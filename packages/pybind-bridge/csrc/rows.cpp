@@ -5,10 +5,13 @@
 // ops'), so the rows take what they take: numpy arrays, torch tensors
 // (bfloat16 too, a negated view by its values, one that requires grad
 // refused naming the argument), Buffers, anything with the buffer protocol
-// or __dlpack__; Python lists and tuples through numpy.asarray. The result is
+// or __dlpack__; Python lists and tuples through numpy.asarray; numpy arrays
+// in the other byte order converted, and such an `out` written, as numpy's
+// ufuncs and the pointwise ops do (readable, into_swapped). The result is
 // presented like x (numpy in, numpy out; torch in, torch out; else a
 // Buffer). Each entry is a compiled function with the table's signature:
 // name(x, <params>=None, eps=<default>, *, out=None).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <array>
@@ -70,6 +73,39 @@ void refuse_masked(const std::string& op, const py::handle& value, const char* n
 py::object from_sequence(const py::object& value) {
   if (!PyList_Check(value.ptr()) && !PyTuple_Check(value.ptr())) return value;
   return py::module_::import("numpy").attr("asarray")(value);
+}
+
+// tierkit_bridge._numpy_rules' function `name`: numpy's conversions, the
+// ones the pointwise ops' general path applies (only called for arrays in
+// the other byte order).
+py::object numpy_rule(const char* name) {
+  return py::module_::import("tierkit_bridge._numpy_rules").attr(name);
+}
+
+// An array argument as the kernels read it: a Python sequence through
+// numpy.asarray; a numpy array in the other byte order ('>f4' here) as
+// numpy's ufuncs read it, its values in native order (_numpy_rules.native,
+// the pointwise ops' conversion; the result is then native too, as a
+// ufunc's); anything else as it came.
+py::object readable(const py::object& value) {
+  py::object v = from_sequence(value);
+  return numpy_swapped(v) ? numpy_rule("native")(v) : v;
+}
+
+// An `out` numpy array in the other byte order, written as numpy writes a
+// ufunc's: the function computed into a native copy of out (`compute(copy)`:
+// every check of out applies to the copy, which has its shape, dtype and
+// layout), then byte-swapped into out (_numpy_rules.write_back, the
+// pointwise ops' copy back). Inputs that are out, or lie in it, are read as
+// they were at the call: they were converted (copied) first.
+template <typename F>
+py::object into_swapped(const std::string& op, const py::handle& out, F compute) {
+  if (!py::reinterpret_borrow<py::array>(out).writeable())
+    throw py::value_error(op + "out: expected a writable array, got a read-only " +
+                          std::string(py::str(py::type::handle_of(out).attr("__name__"))));
+  const py::object copy = numpy_rule("native")(out);
+  compute(copy);
+  return numpy_rule("write_back")(out, copy);
 }
 
 // A real number (Python's or numpy's; not a bool), or the error naming `name`.
@@ -284,14 +320,15 @@ struct BridgeRows {
                          const py::handle& out, const tierkit::CastingMode* mode = nullptr,
                          double offset = 0.0) {
     const std::string op = std::string(Info::name) + ": ";
-    const py::object x = from_sequence(x_in);
-    refuse_masked(op, x, "x");
+    refuse_masked(op, x_in, "x");
     refuse_masked(op, out, "out");
+    for (std::size_t i = 0; i < P; ++i) refuse_masked(op, params_in[i], Info::params[i]);
+    if (numpy_swapped(out))
+      return into_swapped(op, out,
+                          [&](const py::object& copy) { call(x_in, params_in, eps_in, copy, mode, offset); });
+    const py::object x = readable(x_in);
     Args param_objs;
-    for (std::size_t i = 0; i < P; ++i) {
-      param_objs[i] = from_sequence(params_in[i]);
-      refuse_masked(op, param_objs[i], Info::params[i]);
-    }
+    for (std::size_t i = 0; i < P; ++i) param_objs[i] = readable(params_in[i]);
     const ArrayArg ax = import(op, x, "x", false);
     const tierkit::TensorView& vx = ax.view();
     if (!tierkit::is_accepted(vx.dtype()))
@@ -496,11 +533,15 @@ struct BridgeMap {
   static py::object call(py::object x_in, py::object cos_in, py::object sin_in, bool interleaved,
                          const py::handle& out) {
     const std::string op = std::string(Info::name) + ": ";
-    const py::object x = from_sequence(x_in);
-    const std::array<py::object, N> table_objs = {from_sequence(cos_in), from_sequence(sin_in)};
-    refuse_masked(op, x, "x");
+    refuse_masked(op, x_in, "x");
     refuse_masked(op, out, "out");
-    for (std::size_t i = 0; i < N; ++i) refuse_masked(op, table_objs[i], Info::tables[i]);
+    refuse_masked(op, cos_in, Info::tables[0]);
+    refuse_masked(op, sin_in, Info::tables[1]);
+    if (numpy_swapped(out))
+      return into_swapped(op, out,
+                          [&](const py::object& copy) { call(x_in, cos_in, sin_in, interleaved, copy); });
+    const py::object x = readable(x_in);
+    const std::array<py::object, N> table_objs = {readable(cos_in), readable(sin_in)};
     const ArrayArg ax = import(op, x, "x", false);
     const tierkit::TensorView& vx = ax.view();
     if (!tierkit::is_accepted(vx.dtype()))

@@ -129,12 +129,7 @@ def _numpy_call(
     # Operands in the result dtype (a copy only where it changes; order="K"
     # keeps the layout the output's K order is taken from), then broadcast
     # as stride-0 views.
-    ready = []
-    for v in values:
-        v = np.asarray(v)
-        if v.dtype != result:
-            v = v.astype(result, order="K")
-        ready.append(np.broadcast_to(v, shape))
+    ready = [np.broadcast_to(as_dtype(np.asarray(v), result), shape) for v in values]
     fn = getattr(_bridge, f"_{op}_exact")
     if out is not None and out.dtype == result:
         return fn(*ready, *scalars, out=out)
@@ -143,8 +138,7 @@ def _numpy_call(
             raise TypeError(
                 f"out: expected a dtype {result} casts to under numpy's same_kind rule, got {out.dtype}"
             )
-        np.copyto(out, fn(*ready, *scalars), casting="same_kind")
-        return out
+        return write_back(out, fn(*ready, *scalars))
     res = fn(*ready, *scalars)
     if masks:
         assert ma is not None  # a mask was found, so numpy.ma is loaded
@@ -155,6 +149,32 @@ def _numpy_call(
     if isinstance(operands[0], _bridge.Buffer):
         return _bridge.as_buffer(res)
     return res
+
+
+def as_dtype(v: Any, dtype: Any) -> Any:
+    """The numpy array ``v`` in ``dtype`` (native byte order): ``v`` itself, or a copy
+    in order K (the layout the output's K order is taken from). The one
+    conversion of operands the kernels cannot read in place: here for another
+    dtype or byte order, and through :func:`native` for the row functions."""
+    return v if v.dtype == dtype else v.astype(dtype, order="K")
+
+
+def native(v: Any) -> Any:
+    """A numpy array in native byte order, as numpy's ufuncs read ``'>f4'``:
+    ``v`` itself, or its values copied (:func:`as_dtype`). The row functions
+    call this for every array argument in another byte order, and for such
+    an ``out`` (the result is computed into the copy, then :func:`write_back`)."""
+    return as_dtype(v, v.dtype.newbyteorder("="))
+
+
+def write_back(out: Any, result: Any) -> Any:
+    """``result`` into an ``out`` the kernels cannot write in place (another
+    dtype, another byte order), as numpy writes a ufunc's ``out``: cast under
+    ``same_kind``, byte-swapped where ``out`` is; returns ``out``."""
+    import numpy as np
+
+    np.copyto(out, result, casting="same_kind")
+    return out
 
 
 def _as_numpy(name: str, x: Any) -> Any:
