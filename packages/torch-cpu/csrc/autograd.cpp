@@ -31,9 +31,9 @@
 #include <torch/library.h>
 
 #include "tierkit/op_table.h"
+#include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/op_signatures.h"
 
-#include <pthread.h>
 #include <algorithm>
 #include <array>
 #include <memory>
@@ -230,31 +230,6 @@ void write_out(const at::Tensor& out, const F& call) {
   if (out.defined()) out.unsafeGetTensorImpl()->bump_version();
 }
 
-// The operator named `op` ("tierkit::name.out" or a writer's
-// "tierkit::name"), looked up once: `op` is one of the static names of
-// op_signatures.h, so its address identifies it.
-// A fork() while another thread holds the lookup's mutex would leave the
-// child's mutex locked forever (a DataLoader forking while a thread makes its
-// first out= call): the forking thread takes it first, as pthread_atfork's
-// handlers are meant to, so the child starts with it free and `known` whole.
-std::mutex handle_mutex;
-std::vector<std::pair<const char*, std::unique_ptr<c10::OperatorHandle>>> known_handles;
-[[maybe_unused]] const int handle_fork_handlers =
-    pthread_atfork([] { handle_mutex.lock(); }, [] { handle_mutex.unlock(); }, [] { handle_mutex.unlock(); });
-
-inline const c10::OperatorHandle& handle_of(const char* op) {
-  auto& known = known_handles;
-  const std::lock_guard<std::mutex> lock(handle_mutex);
-  for (const auto& [name, handle] : known)
-    if (name == op) return *handle;
-  const std::string qualified(op);
-  const auto dot = qualified.find('.');
-  known.emplace_back(op, std::make_unique<c10::OperatorHandle>(c10::Dispatcher::singleton().findSchemaOrThrow(
-                             qualified.substr(0, dot).c_str(),
-                             dot == std::string::npos ? "" : qualified.substr(dot + 1).c_str())));
-  return *known.back().second;
-}
-
 template <typename OpInfo>
 at::Tensor& AutogradPointwise<OpInfo>::out(const TensorArgs<Info>& in, const ScalarArgs<Info>& s,
                                            at::Tensor& out, const char* op,
@@ -263,7 +238,7 @@ at::Tensor& AutogradPointwise<OpInfo>::out(const TensorArgs<Info>& in, const Sca
   std::copy(in.begin(), in.end(), all.begin());
   all[N] = &out;
   refuse_autodiff(op, all);
-  const auto typed = handle_of(op).typed<typename TypedCall<Info>::Out>();
+  const auto typed = find_op(op).typed<typename TypedCall<Info>::Out>();  // op_handle.h
   write_out(out, [&] { TypedCall<Info>::out(typed, in, s, out); });
   return out;
 }

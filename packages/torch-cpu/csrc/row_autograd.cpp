@@ -27,12 +27,14 @@
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "tierkit/op_table.h"
+#include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/rows.h"
 
 namespace tierkit_torch {
@@ -41,11 +43,6 @@ namespace {
 using torch::autograd::Node;
 using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
-
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
 
 bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 
@@ -145,7 +142,8 @@ struct RowNode : Node {
       for (std::size_t i = 0; i < P; ++i)
         if (has_param[i] && should_compute_output(edge++)) d[i + 1] = gradient<E>(i + 1, g, x, params, eps);
     } else {
-      static const auto h = op_handle<typename RowFunctionTypes<E>::BackwardFn>(E::backward_name());
+      static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+      const auto h = op_handle<typename RowFunctionTypes<E>::BackwardFn>(slot, E::backward_name());
       at::AutoDispatchBelowADInplaceOrView below;
       d = tuple_to_array(
           std::apply([&](const auto&... p) { return h.call(g, x, p..., stats_.unpack()); }, opt));
@@ -167,7 +165,8 @@ struct AutogradRows {
 
   template <typename Fn, typename... A>
   static auto below(const char* name, A&&... args) {
-    static const auto h = op_handle<Fn>(name);
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};  // one name per Fn
+    const auto h = op_handle<Fn>(slot, name);
     at::AutoDispatchBelowADInplaceOrView guard;
     return h.call(std::forward<A>(args)...);
   }
@@ -189,13 +188,21 @@ struct AutogradRows {
   }
 
   static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Eps eps_in) {
-    const bool graph = graph_needed({&x}, params);
-    const bool forward_ad = tangent_needed({&x}, params);
-    if (!graph && !forward_ad)
+    if (!graph_needed({&x}, params) && !tangent_needed({&x}, params))
       return std::apply(
           [&](const auto&... p) { return below<typename S::OpFn>(E::op_name(), x, p..., eps_in); }, params);
     check_rows<E>(E::op_name(), x, params, x.device().type());  // errors name the op called
-    const double eps = eps_or_default(x, eps_in);
+    return std::get<0>(differentiated(x, params, eps_or_default(x, eps_in)));
+  }
+
+  // The forward below autograd, y with a RowNode and the reference's
+  // tangent where a derivative is wanted. The stats are not differentiable
+  // (as aten's native_layer_norm's mean and rstd are not): only the nodes'
+  // fused backward reads them, and a graph of the backward (create_graph)
+  // recomputes them from x by the formulas.
+  static std::tuple<at::Tensor, at::Tensor> differentiated(const at::Tensor& x, const Ps& params, double eps) {
+    const bool graph = graph_needed({&x}, params);
+    const bool forward_ad = tangent_needed({&x}, params);
     c10::intrusive_ptr<RowNode<E>> node;
     if (graph) {
       node = c10::make_intrusive<RowNode<E>>();
@@ -221,18 +228,16 @@ struct AutogradRows {
       torch::autograd::set_history(y, node);
     }
     if (forward_ad) {
-      // The reference's tangent, on the dual inputs: no graph is wanted from it.
+      // The reference's tangent, on the dual inputs, computed with grad mode
+      // as it is: under torch.func an outer reverse level (jacrev of jacfwd)
+      // differentiates this tangent, and no_grad here would cut it.
       std::vector<at::Tensor> ps(P);
       for (std::size_t i = 0; i < P; ++i)
         if (defined(params[i])) ps[i] = *params[i];
-      at::Tensor t;
-      {
-        at::AutoGradMode no_graph(false);
-        t = reference<E>(x, ps, eps)._fw_grad(/*level=*/0);
-      }
+      const at::Tensor t = reference<E>(x, ps, eps)._fw_grad(/*level=*/0);
       if (t.defined()) y._set_fw_grad(t.to(y.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
     }
-    return y;
+    return {y, stats};
   }
 
   static std::tuple<at::Tensor, at::Tensor> add(const at::Tensor& x, const at::Tensor& residual,
@@ -244,7 +249,8 @@ struct AutogradRows {
     // Differentiated: x + residual, then the op, each with its own autograd.
     check_rows<E>(E::add_name(), x, Ps{}, x.device().type());
     check_like(E::add_name(), residual, "residual", x, "x");
-    static const auto norm = op_handle<typename S::OpFn>(E::op_name());
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto norm = op_handle<typename S::OpFn>(slot, E::op_name());
     at::Tensor h = x + residual;
     return {std::apply([&](const auto&... p) { return norm.call(h, p..., eps); }, params), h};
   }
@@ -267,7 +273,8 @@ struct AutogradRows {
           "use ",
           E::add_name());
     }
-    static const auto h = op_handle<typename S::AddInplaceFn>(E::add_inplace_name());
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto h = op_handle<typename S::AddInplaceFn>(slot, E::add_inplace_name());
     at::Tensor y;
     {
       c10::impl::ExcludeDispatchKeyGuard guard(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
@@ -277,11 +284,14 @@ struct AutogradRows {
     return y;
   }
 
-  // The building blocks are called below autograd by the kernels above; a
-  // direct call that needs a derivative is refused rather than silently
-  // cut. Every tensor argument counts. (Tangents are not refused here:
-  // torch.func's jacfwd over the op's graph reaches these kernels with its
-  // own tangents, legitimately.)
+  // The building blocks are called below autograd by the kernels above.
+  // torch.func nests levels: the op's kernel at the inner level calls the
+  // forward, which the outer level then sees with its own derivatives to
+  // take (hessian, jacrev of jacrev), so the forward differentiates y as the
+  // op does. The backward refuses a direct call that needs a derivative
+  // rather than silently cut it (the nodes' double backward uses the
+  // formulas, never it). Tangents are not refused: torch.func's jacfwd over
+  // the op's graph reaches the backward with its own, legitimately.
   static void refuse(const std::string& what, std::initializer_list<const at::Tensor*> ts, const Ps& params) {
     if (!c10::GradMode::is_enabled()) return;
     for (const at::Tensor* t : ts) TORCH_CHECK(!requires_grad(*t), what);
@@ -289,12 +299,12 @@ struct AutogradRows {
   }
 
   static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const Ps& params, double eps) {
-    refuse(std::string(E::forward_name()) + ": not differentiable (a building block of " + E::op_name() +
-               "'s autograd; an argument requires grad); call " + E::op_name(),
-           {&x}, params);
-    return std::apply(
-        [&](const auto&... p) { return below<typename S::ForwardFn>(E::forward_name(), x, p..., eps); },
-        params);
+    if (!graph_needed({&x}, params) && !tangent_needed({&x}, params))
+      return std::apply(
+          [&](const auto&... p) { return below<typename S::ForwardFn>(E::forward_name(), x, p..., eps); },
+          params);
+    check_rows<E>(E::forward_name(), x, params, x.device().type());
+    return differentiated(x, params, eps);
   }
 
   static Grads<P> backward(const at::Tensor& grad, const at::Tensor& x, const Ps& params,

@@ -11,6 +11,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cmath>
 #include <optional>
 #include <sstream>
@@ -18,15 +19,11 @@
 #include <tuple>
 
 #include "tierkit/op_table.h"
+#include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/rows.h"
 
 namespace tierkit_torch {
 namespace {
-
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
-}
 
 const tierkit::CastingMode& mode_of(const char* op, c10::string_view name) {
   for (const tierkit::CastingMode& m : tierkit::kCastingModes)
@@ -88,7 +85,8 @@ struct CastingRows {
     const char* name = E::op_name();
     check_rows<E>(name, x, Params<1>{weight}, x.device().type());  // the plain op's checks and words first
     const Arranged a = arrange(name, x, weight, offset, casting_mode);
-    static const auto plain = handle<typename S::OpFn>(name);
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto plain = op_handle<typename S::OpFn>(slot, name);
     at::Tensor y = plain.call(x, a.inner, eps);
     return a.after.defined() ? a.after * y : y;
   }
@@ -100,7 +98,8 @@ struct CastingRows {
     check_rows<E>(name, x, Params<1>{weight}, x.device().type());
     check_like(name, residual, "residual", x, "x");
     const Arranged a = arrange(name, x, weight, offset, casting_mode);
-    static const auto plain = handle<typename S::AddFn>(name);
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto plain = op_handle<typename S::AddFn>(slot, name);
     auto [y, h] = plain.call(x, residual, a.inner, eps);
     return {a.after.defined() ? a.after * y : y, h};
   }
@@ -111,8 +110,12 @@ struct CastingRows {
     const char* name = E::add_inplace_name();
     check_rows<E>(name, x, Params<1>{weight}, x.device().type());
     check_like(name, residual, "residual", x, "x");
-    const Arranged a = arrange(name, x, weight, offset, casting_mode);
-    static const auto plain = handle<typename S::AddInplaceFn>(name);
+    Arranged a = arrange(name, x, weight, offset, casting_mode);
+    // The call writes h into `residual` before the product reads the weight:
+    // a weight that lives in it (residual[0]) is read as called, from a copy.
+    if (a.after.defined() && a.after.is_alias_of(residual)) a.after = a.after.clone();
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto plain = op_handle<typename S::AddInplaceFn>(slot, name);
     at::Tensor y = plain.call(x, residual, a.inner, eps);
     return a.after.defined() ? a.after * y : y;
   }

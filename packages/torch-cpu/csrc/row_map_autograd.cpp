@@ -23,9 +23,11 @@
 #include <torch/library.h>
 
 #include <array>
+#include <atomic>
 #include <string>
 
 #include "tierkit/op_table.h"
+#include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/row_maps.h"
 
 namespace tierkit_torch {
@@ -37,9 +39,6 @@ using torch::autograd::variable_list;
 
 using MapFn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool);
 
-c10::TypedOperatorHandle<MapFn> handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<MapFn>();
-}
 
 bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 // t, or a normal copy of an inference tensor (which cannot be saved for backward).
@@ -80,6 +79,9 @@ at::Tensor whole(const at::Tensor& mapped, const at::Tensor& full, int64_t r) {
 }
 
 template <typename Info>
+struct AutogradMap;
+
+template <typename Info>
 struct MapNode : Node {
   SavedVariable x_, cos_, sin_;
   bool x_saved = false, interleaved = false;
@@ -101,7 +103,8 @@ struct MapNode : Node {
       if (c10::GradMode::is_enabled()) {  // create_graph: the formula on aten's ops, differentiable
         out[0] = whole(Info::gradient(f, 0, g, x, cos, sin), g, f.r).to(x_dtype);
       } else {
-        static const auto backward = handle((std::string("tierkit::") + Info::backward_name).c_str());
+        static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+        const auto backward = op_handle<MapFn>(slot, AutogradMap<Info>::backward_name());
         at::AutoDispatchBelowADInplaceOrView below;
         out[0] = backward.call(g, cos, sin, interleaved).to(x_dtype);
       }
@@ -114,18 +117,16 @@ struct MapNode : Node {
 
 template <typename Info>
 struct AutogradMap {
-  static const char* op_name() {
-    static const std::string s = std::string("tierkit::") + Info::name;
-    return s.c_str();
-  }
-  static const char* backward_name() {
-    static const std::string s = std::string("tierkit::") + Info::backward_name;
-    return s.c_str();
-  }
+  // Built while the library loads (op_handle.h: no guarded statics).
+  static inline const std::string kName = std::string("tierkit::") + Info::name;
+  static inline const std::string kBackwardName = std::string("tierkit::") + Info::backward_name;
+  static const char* op_name() { return kName.c_str(); }
+  static const char* backward_name() { return kBackwardName.c_str(); }
 
   static at::Tensor below(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                           bool interleaved) {
-    static const auto h = handle(op_name());
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto h = op_handle<MapFn>(slot, op_name());
     at::AutoDispatchBelowADInplaceOrView guard;
     return h.call(x, cos, sin, interleaved);
   }
@@ -151,13 +152,10 @@ struct AutogradMap {
       torch::autograd::set_history(y, node);
     }
     if (forward_ad) {
-      // The reference's tangent, on the dual inputs: no graph is wanted from it.
-      at::Tensor t;
-      {
-        at::AutoGradMode no_graph(false);
-        const AtenMapFunctions f{cos.size(-1), interleaved};
-        t = whole(Info::reference(f, x, cos, sin), x, f.r)._fw_grad(/*level=*/0);
-      }
+      // The reference's tangent, on the dual inputs, with grad mode as it is:
+      // under torch.func an outer reverse level differentiates it.
+      const AtenMapFunctions f{cos.size(-1), interleaved};
+      const at::Tensor t = whole(Info::reference(f, x, cos, sin), x, f.r)._fw_grad(/*level=*/0);
       if (t.defined()) y._set_fw_grad(t.to(y.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
     }
     return y;
@@ -171,7 +169,8 @@ struct AutogradMap {
         !(c10::GradMode::is_enabled() && (requires_grad(grad) || requires_grad(cos) || requires_grad(sin))),
         backward_name(), ": not differentiable (a building block of ", op_name(),
         "'s autograd; an argument requires grad); its double backward differentiates the formulas instead");
-    static const auto h = handle(backward_name());
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto h = op_handle<MapFn>(slot, backward_name());
     at::AutoDispatchBelowADInplaceOrView guard;
     return h.call(grad, cos, sin, interleaved);
   }

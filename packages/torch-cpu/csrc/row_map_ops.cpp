@@ -45,14 +45,16 @@ struct CpuMap {
     return y;
   }
 
+  // Built while the library loads (op_handle.h: no guarded statics).
+  static inline const std::string kName = std::string("tierkit::") + Info::name;
+  static inline const std::string kBackwardName = std::string("tierkit::") + Info::backward_name;
+
   static at::Tensor op(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
-    static const std::string name = std::string("tierkit::") + Info::name;
-    return run(name.c_str(), x, {&cos, &sin}, interleaved, false);
+    return run(kName.c_str(), x, {&cos, &sin}, interleaved, false);
   }
   static at::Tensor backward(const at::Tensor& grad, const at::Tensor& cos, const at::Tensor& sin,
                              bool interleaved) {
-    static const std::string name = std::string("tierkit::") + Info::backward_name;
-    return run(name.c_str(), grad, {&cos, &sin}, interleaved, true);
+    return run(kBackwardName.c_str(), grad, {&cos, &sin}, interleaved, true);
   }
 };
 

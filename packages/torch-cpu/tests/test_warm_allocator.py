@@ -179,13 +179,47 @@ import os, signal, threading, torch, tierkit_torch
 a = torch.rand(1 << 20)
 h = torch.rand(1 << 16).bfloat16()
 o = torch.empty(1 << 16)
+def every_kind():
+    # One call of each kind in each autograd mode: each makes its first
+    # lookups (operator handles, load-time names) on first use.
+    x = torch.rand(4, 64, dtype=torch.bfloat16)
+    r = torch.rand(4, 64, dtype=torch.bfloat16)
+    w = torch.rand(64)
+    b = torch.rand(64)
+    cos, sin = torch.rand(4, 32), torch.rand(4, 32)
+    xg = torch.rand(4, 64, requires_grad=True)
+    ops = torch.ops.tierkit
+    ok = True
+    ok &= ops.rms_norm(x, w, 1e-6).dtype == x.dtype
+    ok &= ops.layer_norm(x, w, b, 1e-5).shape == x.shape
+    ok &= ops.rms_norm.casting(x, w, 1e-6, offset=1.0, casting_mode="gemma").shape == x.shape
+    ok &= ops.add_rms_norm.casting(x, r, w, 1e-6, offset=0.0, casting_mode="llama")[1].shape == x.shape
+    ok &= ops.add_rms_norm_(x, r.clone(), w, 1e-6).shape == x.shape
+    ok &= ops.rotary_embedding(x, cos, sin, False).shape == x.shape
+    for f in (
+        lambda t: ops.rms_norm(t, w, 1e-6),
+        lambda t: ops.layer_norm(t, w, b, 1e-5),
+        lambda t: ops.add_rms_norm(t, t, w, 1e-6)[0],
+        lambda t: ops.rotary_embedding(t, cos, sin, True),
+        lambda t: ops.gelu_tanh_mul(t, t),
+    ):
+        (g,) = torch.autograd.grad(f(xg).sum(), xg, create_graph=True)
+        (g2,) = torch.autograd.grad(f(xg).sum(), xg)
+        ok &= bool(torch.isfinite(g).all()) and bool(torch.isfinite(g2).all())
+        # torch.func.jvp, not forward_ad.dual_level: that level is global,
+        # and a child forked inside the other thread's would inherit it.
+        _, tangent = torch.func.jvp(f, (xg.detach(),), (torch.ones_like(xg),))
+        ok &= bool(torch.isfinite(tangent).all())
+    return ok
 stop = False
 def churn():  # another thread allocating and freeing while we fork
     # Its first calls are the process's first bfloat16 silu_mul (the 16-bit
-    # table) and first out= call (the schema lookup): a fork during a lazily
-    # built static left the child waiting on its guard forever; they are
-    # built at load now.
+    # table), first out= call (the schema lookup) and first call of every
+    # kind in both autograd modes: a fork during a lazily built static left
+    # the child waiting on its guard forever; they are built at load now, or
+    # looked up under a mutex the fork takes (op_handle.h).
     while not stop:
+        every_kind()
         torch.ops.tierkit.silu_mul(h, h)
         torch.ops.tierkit.add_out(o, o, o)
         torch.ops.tierkit.custom_add(a, a)
@@ -203,7 +237,7 @@ for _ in range(20):
         ok = ok and torch.equal(torch.ops.tierkit.silu_mul(h, h), torch.ops.tierkit.silu_mul(h, h))
         o2 = torch.empty(1 << 16)
         torch.ops.tierkit.add_out(o, o, o2)  # the schema lookup's mutex, free in the child
-        ok = ok and torch.equal(o2, o + o)
+        ok = ok and torch.equal(o2, o + o) and every_kind()
         os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, f"child: {os.waitstatus_to_exitcode(status)}"

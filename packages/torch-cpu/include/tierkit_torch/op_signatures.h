@@ -11,7 +11,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "tierkit_torch/op_handle.h"
+
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -28,12 +31,15 @@ using TensorArgs = std::array<const at::Tensor*, N>;
 template <typename Info, std::size_t M = kScalars<Info>>
 using ScalarArgs = std::array<double, M>;
 
-// "tierkit::<op>" and "tierkit::<op>.out", built once per op.
+// "tierkit::<op>" and "tierkit::<op>.out", built while the library loads
+// (not as guarded function-local statics: see op_handle.h on fork()).
+template <typename Info>
+inline const std::string kQualifiedName = std::string("tierkit::") + Info::name;
+template <typename Info>
+inline const std::string kQualifiedOutName = kQualifiedName<Info> + ".out";
 template <typename Info>
 const char* qualified_name(bool out_overload) {
-  static const std::string functional = std::string("tierkit::") + Info::name;
-  static const std::string out = functional + ".out";
-  return out_overload ? out.c_str() : functional.c_str();
+  return out_overload ? kQualifiedOutName<Info>.c_str() : kQualifiedName<Info>.c_str();
 }
 
 template <typename Impl, typename Tensors, typename Scalars>
@@ -82,9 +88,8 @@ struct TypedCall<Info, std::index_sequence<I...>, std::index_sequence<J...>> {
   // The functional overload through the dispatcher, from the key below the
   // caller's (autograd's redispatch, the composite .out's functional call).
   static at::Tensor functional(const TensorArgs<Info>& t, const ScalarArgs<Info>& s) {
-    static const auto op = c10::Dispatcher::singleton()
-                               .findSchemaOrThrow(qualified_name<Info>(false), "")
-                               .template typed<Functional>();
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto op = op_handle<Functional>(slot, qualified_name<Info>(false));
     return op.call(*t[I]..., s[J]...);
   }
   static at::Tensor& out(const c10::TypedOperatorHandle<Out>& op, const TensorArgs<Info>& t,

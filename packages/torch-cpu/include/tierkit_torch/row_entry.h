@@ -39,23 +39,22 @@ struct RowEntry {
   static constexpr std::size_t kParams = P;
   static constexpr std::size_t kStats = std::tuple_size_v<std::decay_t<decltype(Info::stats)>>;
   using Eps = std::conditional_t<Info::eps_optional, std::optional<double>, double>;
-  // "tierkit::<overload>", for messages: built once each.
-  static const char* op_name() { return named<0>(); }
-  static const char* add_name() { return named<1>(); }
-  static const char* add_inplace_name() { return named<2>(); }
-  static const char* forward_name() { return named<3>(); }
-  static const char* backward_name() { return named<4>(); }
+  // "tierkit::<overload>", for messages and lookups: built while the
+  // library loads (a guarded function-local static would be a fork hazard:
+  // op_handle.h).
+  static const char* op_name() { return kNames<0>.c_str(); }
+  static const char* add_name() { return kNames<1>.c_str(); }
+  static const char* add_inplace_name() { return kNames<2>.c_str(); }
+  static const char* forward_name() { return kNames<3>.c_str(); }
+  static const char* backward_name() { return kNames<4>.c_str(); }
 
  private:
   template <int K>
-  static const char* named() {
-    static const std::string s = std::string("tierkit::") + (K == 0   ? Info::name
-                                                             : K == 1 ? Info::add_name
-                                                             : K == 2 ? Info::add_inplace_name
-                                                             : K == 3 ? Info::forward_name
-                                                                      : Info::backward_name);
-    return s.c_str();
-  }
+  static inline const std::string kNames = std::string("tierkit::") + (K == 0   ? Info::name
+                                                                      : K == 1 ? Info::add_name
+                                                                      : K == 2 ? Info::add_inplace_name
+                                                                      : K == 3 ? Info::forward_name
+                                                                               : Info::backward_name);
 };
 
 template <typename Impl, typename Seq>
