@@ -33,9 +33,6 @@ void check_map(const char* op, const Tensor& x, const std::array<Tensor, N>& tab
   check_defined(op, x, "x");
   if (x.dim() < 1) fail(op, "x: expected a tensor with at least one dimension, got a 0-d tensor");
   check_first(op, x, "x");
-  if (x.dim() > tierkit::kMaxRank)
-    fail(op, "x: expected at most " + std::to_string(tierkit::kMaxRank) + " dimensions, got " +
-                 std::to_string(x.dim()));
   for (std::size_t i = 0; i < N; ++i) {
     const Tensor& t = tables[i];
     const std::string name = Info::tables[i];
@@ -94,14 +91,19 @@ struct StableMap {
     Tensor y = torch::stable::new_empty(x, x.sizes());
     const auto xs = sizes_of(x);
     tierkit::kernels::RowTables<N> layout;
-    layout.rank = static_cast<int>(xs.size()) - 1;
-    for (int k = 0; k < layout.rank; ++k) layout.shape[k] = xs[k];
+    int ranks[N];
+    std::array<std::vector<int64_t>, N> ts, st;
+    const int64_t *sizes[N], *strides[N];
     for (std::size_t i = 0; i < N; ++i) {
-      const auto ts = sizes_of(tables[i]), st = strides_of(tables[i]);
-      const int skip = layout.rank - (static_cast<int>(ts.size()) - 1);
-      for (int k = 0; k < layout.rank; ++k)
-        layout.strides[i][k] = (k < skip || ts[k - skip] == 1) ? 0 : st[k - skip];
+      ts[i] = sizes_of(tables[i]);
+      st[i] = strides_of(tables[i]);
+      ranks[i] = static_cast<int>(ts[i].size());
+      sizes[i] = ts[i].data();
+      strides[i] = st[i].data();
     }
+    if (!layout.broadcast(xs.data(), static_cast<int>(xs.size()) - 1, ranks, sizes, strides))
+      fail(op, "x: expected leading dims that the tables' broadcast leaves in at most " +
+                   std::to_string(tierkit::kMaxRank) + " runs, got shape " + shape_list(xs));
     const int64_t d = xs.back(), rows = d == 0 ? 0 : x.numel() / d, r = sizes_of(tables[0]).back();
     core_check(op, [&] {
       tierkit::dispatch_accepted(dt, "x", [&](auto tag) {

@@ -13,11 +13,55 @@ namespace tierkit::kernels {
 // Where each row of x reads its tables: x's leading dims (every dim but the
 // last) and, per table, its element strides over them (0 where the table is
 // broadcast). A table's last dim is contiguous (stride 1), r elements.
+// Built dim by dim with append(), which merges what it can, so x of any rank
+// fits in kMaxRank dims (a 9-d q of a model that keeps extra batch dims).
 template <std::size_t N>
 struct RowTables {
-  int rank = 0;  // x's leading dims
+  int rank = 0;  // merged leading dims
   std::int64_t shape[kMaxRank] = {};
   std::int64_t strides[N][kMaxRank] = {};
+
+  // x's next leading dim (outermost first) of `size`, table t's element
+  // stride over it dim_strides[t]. A dim of size 1 is dropped, and one joins
+  // the dim before it where every table allows (each broadcast over both, or
+  // laid out contiguously across them): the rows' offsets are the same. False
+  // when the dim needs a place and kMaxRank are taken (tables broadcast in
+  // more than kMaxRank alternating runs).
+  bool append(std::int64_t size, const std::int64_t (&dim_strides)[N]) {
+    if (size == 1) return true;
+    if (rank > 0) {
+      bool merges = true;
+      for (std::size_t t = 0; t < N; ++t) merges = merges && strides[t][rank - 1] == dim_strides[t] * size;
+      if (merges) {
+        shape[rank - 1] *= size;
+        for (std::size_t t = 0; t < N; ++t) strides[t][rank - 1] = dim_strides[t];
+        return true;
+      }
+    }
+    if (rank == kMaxRank) return false;
+    shape[rank] = size;
+    for (std::size_t t = 0; t < N; ++t) strides[t][rank] = dim_strides[t];
+    ++rank;
+    return true;
+  }
+
+  // The layout of x's `lead` leading dims (sizes x_lead) against N tables,
+  // table t of rank table_rank[t] (its last dim the width) with sizes and
+  // element strides table_sizes[t] / table_strides[t], broadcast from the
+  // right as torch does (the caller checked that they broadcast). False as
+  // append() says.
+  bool broadcast(const std::int64_t* x_lead, int lead, const int (&table_rank)[N],
+                 const std::int64_t* const (&table_sizes)[N], const std::int64_t* const (&table_strides)[N]) {
+    for (int k = 0; k < lead; ++k) {
+      std::int64_t s[N];
+      for (std::size_t t = 0; t < N; ++t) {
+        const int j = k - (lead - (table_rank[t] - 1));  // the table's dim under x's dim k
+        s[t] = (j < 0 || table_sizes[t][j] == 1) ? 0 : table_strides[t][j];
+      }
+      if (!append(x_lead[k], s)) return false;
+    }
+    return true;
+  }
 
   // Table t's offset for row `row` (row-major over the leading dims).
   void offsets(std::int64_t row, std::int64_t (&out)[N]) const {

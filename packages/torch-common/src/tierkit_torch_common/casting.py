@@ -109,6 +109,11 @@ def register_row_casting(
             check(name, _e, x, params)
             same(name, residual, "residual", x)
             inner, after = arrange(torch, name, _e, x, params, offset, casting_mode)
+            if after is not None:
+                # The call writes h into `residual` before the product reads
+                # the weight: one that lives in it (residual[0]) is read as
+                # called, from a copy (a weight's worth: one row).
+                after = after.clone()
             y = getattr(ops, _e.add_name + "_").default(x, residual, *inner, eps)
             return y if after is None else after * y
 

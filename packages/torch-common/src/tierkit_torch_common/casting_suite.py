@@ -31,6 +31,7 @@ __all__ = [
     "test_casting_fused_add_is_the_add_then_the_norm",
     "test_casting_gradcheck_and_forward_ad",
     "test_casting_gradients_as_accurate_as_the_formula",
+    "test_casting_in_place_reads_a_weight_inside_residual",
     "test_casting_matches_the_formula",
     "test_casting_under_autocast_as_the_formula",
     "test_casting_vmap_and_compile",
@@ -176,6 +177,25 @@ def test_casting_vmap_and_compile(ops, entry, mode, gen):
     )
     x2 = make((10, 32), torch.float32, gen)
     torch.testing.assert_close(compiled(x2, wg), fn(x2, wg))
+
+
+@CASTING
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_casting_in_place_reads_a_weight_inside_residual(ops, entry, mode, dtype, gen):
+    """add_(x, r, r[0]): the weight is read as called, before h overwrites it,
+    in every mode (llama's product after the call read h before: y off by 8)."""
+    if not entry.fused_add:
+        pytest.skip(f"{entry.name} has no fused residual form")
+    x, r = make((4, 32), dtype, gen), make((4, 32), dtype, gen) + 1.0
+    # Without an offset the weight the product reads is residual's row itself.
+    for row, offset in ((0, 0.0), (2, 0.0), (0, offset_of(mode))):
+        want_y, want_h = getattr(ops, entry.add_name)(
+            x, r, r[row].clone(), 1e-6, offset=offset, casting_mode=mode
+        )
+        r2 = r.clone()
+        y = getattr(ops, entry.add_name + "_")(x, r2, r2[row], 1e-6, offset=offset, casting_mode=mode)
+        torch.testing.assert_close(r2, want_h, rtol=0, atol=0)
+        torch.testing.assert_close(y, want_y, rtol=0, atol=0)
 
 
 @CASTING

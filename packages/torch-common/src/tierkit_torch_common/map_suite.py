@@ -30,12 +30,14 @@ __all__ = [
     "rope_tables",
     "test_map_compile_fullgraph_dynamic_forward_and_backward",
     "test_map_errors_name_the_argument",
+    "test_map_fakes_give_the_kernels_dtypes",
     "test_map_gradcheck_gradgradcheck_and_forward_ad",
     "test_map_gradients_as_accurate_as_eager",
     "test_map_matches_eager",
     "test_map_mixed_dtypes_promote",
     "test_map_opcheck",
     "test_map_vmap_without_fallback",
+    "test_map_x_of_any_rank",
 ]
 
 MAPS = pytest.mark.parametrize("entry", ROW_MAPS, ids=[e.name for e in ROW_MAPS])
@@ -212,6 +214,57 @@ def test_map_opcheck(ops, entry, gen):
     torch.library.opcheck(
         getattr(ops, entry.backward_name).default, (make((2, 5, 8), torch.float32, gen), cos, sin, False)
     )
+
+
+@MAPS
+@pytest.mark.parametrize(
+    ("xd", "td"),
+    [(torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16), (torch.float32, torch.float64)],
+    ids=str,
+)
+def test_map_fakes_give_the_kernels_dtypes(ops, entry, xd, td, gen):
+    """The map and its backward promote x (grad) with the tables: the fakes
+    say so (the backward's said grad's dtype, and Inductor then refused the
+    kernel's output: "expected dtype torch.bfloat16 but got torch.float32")."""
+    cos, sin = rope_tables(5, 8, td)
+    x = make((2, 5, 8), xd, gen)
+    for name in (entry.name, entry.backward_name):
+        overload = getattr(ops, name).default
+        real = overload(x, cos, sin, False)
+        assert real.dtype == torch.promote_types(xd, td)
+        torch.library.opcheck(overload, (x, cos, sin, False), test_utils=("test_schema", "test_faketensor"))
+    # What Inductor compiles: the backward of a bfloat16 x against float32 tables.
+    xg = x.clone().requires_grad_()
+    fn = torch.compile(lambda a: call(ops, entry, a, cos, sin, False).sum(), fullgraph=True)
+    (got,) = torch.autograd.grad(fn(xg), xg)
+    (want,) = torch.autograd.grad(call(ops, entry, xg, cos, sin, False).sum(), xg)
+    assert got.dtype == want.dtype == xd
+    torch.testing.assert_close(got, want)
+
+
+@MAPS
+@pytest.mark.parametrize(
+    ("xs", "ts"),
+    [
+        ((2, 1, 2, 1, 2, 1, 2, 3, 4, 8), (3, 1, 8)),  # 10-d x, tables [seq, 1, r]
+        ((2, 2, 2, 2, 2, 2, 2, 2, 3, 8), (2, 1, 2, 1, 2, 1, 2, 2, 3, 8)),  # 9 leading dims, 7 runs once merged
+        ((3, 2, 1, 1, 1, 1, 1, 1, 1, 5, 16), (5, 16)),  # 11-d, size-1 dims
+    ],
+    ids=str,
+)
+def test_map_x_of_any_rank(ops, entry, xs, ts, gen):
+    """x of more than 8 dims is computed like any other (core merges the
+    leading dims the tables' broadcast allows), as every other op computes it."""
+    r = ts[-1]
+    x = make(xs, torch.float32, gen, 1.0)
+    cos, sin = make(ts, torch.float32, gen, 1.0), make(ts, torch.float32, gen, 1.0)
+    got = call(ops, entry, x, cos, sin, False)
+    torch.testing.assert_close(got, eager(x, cos, sin), rtol=1e-6, atol=1e-6)
+    # Tables broadcast in more alternating runs than core holds: a clear error.
+    many = (2,) * 9 + (8,)
+    t = torch.ones(2, 1, 2, 1, 2, 1, 2, 1, 2, 8)
+    with pytest.raises(RuntimeError, match=r"x: expected leading dims that the tables' broadcast leaves in at most 8 runs"):
+        call(ops, entry, make(many, torch.float32, gen), t, t, False)
 
 
 def _error_cases(entry: RowMap, device: str) -> list[tuple[Any, str]]:

@@ -261,8 +261,11 @@ def register_row_maps(
             return x.new_empty(x.shape, dtype=result_dtype(torch, x, tables))
 
         def fake_backward(grad, *rest, _e=entry, _n=n, _name=bname):
-            check(_name, _e, grad, rest[:_n])
-            return grad.new_empty(grad.shape)
+            tables = rest[:_n]
+            check(_name, _e, grad, tables)
+            # As the kernels: the promotion of grad and the tables (a float32
+            # table makes a bfloat16 grad's gradient float32).
+            return grad.new_empty(grad.shape, dtype=result_dtype(torch, grad, tables))
 
         torch.library.register_fake(name, fake, lib=lib)
         torch.library.register_fake(bname, fake_backward, lib=lib)

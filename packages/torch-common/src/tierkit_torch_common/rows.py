@@ -290,7 +290,8 @@ def row_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
 def register_row_vmap(torch: Any, ns: str) -> None:
     """Batch rules for every batch dim of every row reduction: the batch
     becomes one more leading (row) dim; batched parameters apply per example
-    after the norm without them (the kind is affine in them)."""
+    after the norm without them (the kind is affine in them), in the compute
+    type, so a 16-bit result is rounded once, as a per-example call's."""
     ops = getattr(torch.ops, ns)
 
     def front(info: Any, t: Any, dim: int | None) -> Any:
@@ -302,14 +303,22 @@ def register_row_vmap(torch: Any, ns: str) -> None:
         t = t.movedim(dim, 0)
         return t.reshape(t.shape[0], *([1] * (ndim - 2)), t.shape[-1])
 
-    def affine(y: Any, entry: RowReduction, params: Sequence[Any], dims: Sequence[int | None]) -> Any:
-        out = y
+    def normalized_then_affine(
+        x: Any, entry: RowReduction, params: Sequence[Any], dims: Sequence[int | None], eps: Any
+    ) -> Any:
+        """The op with batched parameters: x-hat in the compute type (the
+        kernel on x widened, without parameters, with the eps x's call would
+        take), each example's parameters applied there, rounded once to x's
+        dtype, as the kernel rounds a per-example call."""
+        c = compute_dtype(torch, x, params)
+        e = default_eps(torch, entry, x, eps)
+        out = getattr(ops, entry.name).default(x.to(c), *(None,) * len(params), e)
         for name, p, d in zip(entry.params, params, dims):
             if p is None:
                 continue
-            q = per_example(p, d, y.dim())
+            q = per_example(p, d, x.dim()).to(c)
             out = out * q if name == "weight" else out + q
-        return out.to(y.dtype)
+        return out.to(x.dtype)
 
     def dims_of(in_dims: Sequence[Any], start: int, n: int) -> list[int | None]:
         return [in_dims[start + i] if len(in_dims) > start + i else None for i in range(n)]
@@ -318,14 +327,13 @@ def register_row_vmap(torch: Any, ns: str) -> None:
         p = len(entry.params)
         none = (None,) * p
 
-        def op_rule(info, in_dims, x, *rest, _e=entry, _p=p, _none=none):
+        def op_rule(info, in_dims, x, *rest, _e=entry, _p=p):
             params, eps = _split(rest, _p, _e.eps)
             pd = dims_of(in_dims, 1, _p)
             x = front(info, x, in_dims[0])
-            op = getattr(ops, _e.name).default
             if all(d is None for d in pd):
-                return op(x, *params, eps), 0
-            return affine(op(x, *_none, eps), _e, params, pd), 0
+                return getattr(ops, _e.name).default(x, *params, eps), 0
+            return normalized_then_affine(x, _e, params, pd, eps), 0
 
         def add_rule(info, in_dims, x, residual, *rest, _e=entry, _p=p, _none=none):
             params, eps = _split(rest, _p, _e.eps)
@@ -334,8 +342,25 @@ def register_row_vmap(torch: Any, ns: str) -> None:
             op = getattr(ops, _e.add_name).default
             if all(d is None for d in pd):
                 return op(x, residual, *params, eps), (0, 0)
-            y, h = op(x, residual, *_none, eps)
-            return (affine(y, _e, params, pd), h), (0, 0)
+            _, h = op(x, residual, *_none, eps)  # h rounded to the dtype, as the kernel's
+            return (normalized_then_affine(h, _e, params, pd, eps), h), (0, 0)
+
+        def add_inplace_rule(info, in_dims, x, residual, *rest, _e=entry, _p=p, _none=none):
+            name = f"{ns}::{_e.add_name}_"
+            if in_dims[1] is None:
+                raise RuntimeError(
+                    f"vmap: {name} writes into `residual`, which is not batched while another argument is: "
+                    "pass a batched residual"
+                )
+            params, eps = _split(rest, _p, _e.eps)
+            pd = dims_of(in_dims, 2, _p)
+            # movedim is a view: the kernel writes h into the caller's residual.
+            x, residual = front(info, x, in_dims[0]), residual.movedim(in_dims[1], 0)
+            op_ = getattr(ops, _e.add_name + "_").default
+            if all(d is None for d in pd):
+                return op_(x, residual, *params, eps), 0
+            op_(x, residual, *_none, eps)  # residual becomes h
+            return normalized_then_affine(residual, _e, params, pd, eps), 0
 
         def unbatched(name: str, in_dims: Sequence[Any], start: int, n: int, e: RowReduction) -> None:
             if any(d is not None for d in dims_of(in_dims, start, n)):
@@ -371,6 +396,7 @@ def register_row_vmap(torch: Any, ns: str) -> None:
         torch.library.register_vmap(f"{ns}::{entry.name}", op_rule)
         if entry.fused_add:
             torch.library.register_vmap(f"{ns}::{entry.add_name}", add_rule)
+            torch.library.register_vmap(f"{ns}::{entry.add_name}_", add_inplace_rule)
         torch.library.register_vmap(f"{ns}::{entry.forward_name}", forward_rule)
         torch.library.register_vmap(f"{ns}::{entry.backward_name}", backward_rule)
 

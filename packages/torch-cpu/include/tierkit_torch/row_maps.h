@@ -21,8 +21,6 @@ void check_map(const char* op, const at::Tensor& x, const std::array<const at::T
   check_defined(op, x, "x");
   TORCH_CHECK(x.dim() >= 1, op, ": x: expected a tensor with at least one dimension, got a 0-d tensor");
   check_first(op, x, "x", device);
-  TORCH_CHECK(x.dim() <= tierkit::kMaxRank, op, ": x: expected at most ", tierkit::kMaxRank,
-              " dimensions, got ", x.dim());
   for (std::size_t i = 0; i < N; ++i) {
     const at::Tensor& t = *tables[i];
     const char* name = Info::tables[i];
@@ -64,18 +62,22 @@ at::ScalarType map_dtype(const at::Tensor& x, const std::array<const at::Tensor*
   return t;
 }
 
-// Each table (contiguous, of x's leading dims' broadcast) as the kernel reads it.
+// Each table (contiguous, of x's leading dims' broadcast) as the kernel
+// reads it: core merges x's leading dims, so x of any rank fits.
 template <std::size_t N>
-tierkit::kernels::RowTables<N> map_layout(const at::Tensor& x, const std::array<at::Tensor, N>& tables) {
+tierkit::kernels::RowTables<N> map_layout(const char* op, const at::Tensor& x,
+                                          const std::array<at::Tensor, N>& tables) {
   tierkit::kernels::RowTables<N> l;
-  l.rank = static_cast<int>(x.dim()) - 1;
-  for (int k = 0; k < l.rank; ++k) l.shape[k] = x.size(k);
+  int rank[N];
+  const int64_t *sizes[N], *strides[N];
   for (std::size_t i = 0; i < N; ++i) {
-    const at::Tensor& t = tables[i];
-    const int64_t lead = t.dim() - 1, skip = l.rank - lead;
-    for (int k = 0; k < l.rank; ++k)
-      l.strides[i][k] = (k < skip || t.size(k - skip) == 1) ? 0 : t.stride(k - skip);
+    rank[i] = static_cast<int>(tables[i].dim());
+    sizes[i] = tables[i].sizes().data();
+    strides[i] = tables[i].strides().data();
   }
+  TORCH_CHECK(l.broadcast(x.sizes().data(), static_cast<int>(x.dim()) - 1, rank, sizes, strides), op,
+              ": x: expected leading dims that the tables' broadcast leaves in at most ", tierkit::kMaxRank,
+              " runs, got shape ", x.sizes());
   return l;
 }
 
@@ -96,7 +98,7 @@ struct MapOperands {
     dtype = map_dtype(x_in, in);
     x = x_in.to(dtype).contiguous();
     for (std::size_t i = 0; i < N; ++i) tables[i] = in[i]->to(dtype).contiguous();
-    layout = map_layout(x, tables);
+    layout = map_layout(op, x, tables);
     d = x.size(-1);
     rows = d == 0 ? 0 : x.numel() / d;
     r = tables[0].size(-1);
