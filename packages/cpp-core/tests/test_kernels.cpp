@@ -461,3 +461,40 @@ TEST(Checks, BroadcastShapeIsNumpysRule) {
     EXPECT_STREQ(e.what(), "b: expected a shape that broadcasts with [3] (a), got [4]");
   }
 }
+
+// The level core dispatches to is the CPU's own, read from CPUID: the x86
+// emulation session (tests-core-x86-baseline) runs this suite on qemu CPU
+// models and names the level each has in TIERKIT_EXPECT_SIMD (Westmere:
+// baseline, no AVX; Haswell: avx2, no AVX-512); with TIERKIT_SIMD set, the
+// lower of the two. "none" where core does not dispatch (aarch64, or x86
+// built for AVX2 and up). Skipped where nobody says what to expect.
+TEST(SimdDispatch, PicksTheLevelOfTheCpu) {
+  const char* expected = std::getenv("TIERKIT_EXPECT_SIMD");
+  if (!expected) GTEST_SKIP() << "TIERKIT_EXPECT_SIMD unset (the emulation sessions name the CPU's level)";
+  std::string want = expected;
+#ifdef TIERKIT_SIMD_DISPATCH
+  const char* cap = std::getenv("TIERKIT_SIMD");
+  if (cap && std::string(cap) == "baseline") want = "baseline";
+  if (cap && std::string(cap) == "avx2" && want == "avx512") want = "avx2";
+  const char* got = "baseline";
+  switch (k::detail::simd_level()) {
+    case k::detail::SimdLevel::Avx512: got = "avx512"; break;
+    case k::detail::SimdLevel::Avx2: got = "avx2"; break;
+    case k::detail::SimdLevel::Baseline: break;
+  }
+  EXPECT_EQ(got, want);
+  // The 16-bit loops' own test (F16C, AVX2, FMA): on every x86 CPU with
+  // AVX2 (Haswell on), on none without AVX.
+  if (want == "baseline" && !cap) {
+    EXPECT_FALSE(k::detail::cpu_has_16bit_simd());
+  }
+  if (want != "baseline") {
+    EXPECT_TRUE(k::detail::cpu_has_16bit_simd());
+  }
+  if (want != "avx512" && !cap) {
+    EXPECT_FALSE(k::detail::cpu_has_avx512bf16());
+  }
+#else
+  EXPECT_EQ(std::string("none"), want) << "core does not dispatch in this build";
+#endif
+}
