@@ -17,7 +17,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ci"))
 
-from nox_support import fuzz, matrix, sanitizers, wheels
+from nox_support import emulation, fuzz, matrix, sanitizers, wheels
 from nox_support.ctest import run_ctest
 from nox_support.env import (
     BUILD_DIR,
@@ -178,6 +178,24 @@ def tests_models(session: nox.Session) -> None:
     run_model_tests(session, *session.posargs)
 
 
+@nox.session(name="tests-core-aarch64")
+def tests_core_aarch64(session: nox.Session) -> None:
+    """Core's CTest suite cross-built for aarch64 (g++-aarch64-linux-gnu) and
+    run under qemu-aarch64; tests the emulator cannot run skip, saying why.
+    `-- --subset` for CI's part (other arguments go to ctest)."""
+    emulation.test_aarch64(session, session.posargs)
+
+
+@nox.session(name="tests-core-x86-baseline")
+def tests_core_x86_baseline(session: nox.Session) -> None:
+    """Core's CTest suite and the bridge's pytest under qemu-x86_64 on CPU
+    models without AVX (Westmere) and with AVX2 but no AVX-512 (Haswell):
+    core must pick each model's level, and nothing above it may run.
+    `-- --subset` for CI's part (other arguments go to ctest)."""
+    py = env_with(session, with_deps("bridge"))
+    emulation.test_x86_baseline(session, py, session.posargs)
+
+
 @nox.session(name="tests-cross")
 def tests_cross(session: nox.Session) -> None:
     """Cross-tier tests (tests/): journeys, properties, bad inputs, soaks.
@@ -199,6 +217,10 @@ def tests(session: nox.Session) -> None:
     for name, version in matrix.CI_CELLS:  # tests-stable covered the newest torch
         session.log(f"==== tests-{name}-{version}")
         matrix.test_tier_on_python(session, name, version, ())
+    session.log("==== tests-core-aarch64 -- --subset")
+    emulation.test_aarch64(session, ["--subset"])
+    session.log("==== tests-core-x86-baseline -- --subset")
+    emulation.test_x86_baseline(session, env_with(session, with_deps("bridge")), ["--subset"])
     session.log("==== tests-models")
     run_model_tests(session)
     session.log("==== tests-cross")

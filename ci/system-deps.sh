@@ -12,6 +12,12 @@ if [ "${1:-}" = fuzz ]; then
   [ -f "$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null || echo /nonexistent)" ] ||
     missing+=(libclang-rt-14-dev)
 fi
+# `system-deps.sh emulation`: also Debian's aarch64 cross compiler and qemu-user
+# (tests-core-aarch64, tests-core-x86-baseline: core's tests on other CPUs).
+if [ "${1:-}" = emulation ]; then
+  command -v aarch64-linux-gnu-g++ >/dev/null || missing+=(g++-aarch64-linux-gnu)
+  { command -v qemu-aarch64 >/dev/null && command -v qemu-x86_64 >/dev/null; } || missing+=(qemu-user)
+fi
 command -v g++ >/dev/null || missing+=(g++)
 command -v cmake >/dev/null || missing+=(cmake)
 command -v ninja >/dev/null || missing+=(ninja-build)

@@ -1,0 +1,179 @@
+"""Core's tests on CPUs this machine is not, under qemu-user (docs/reliability.md).
+
+tests-core-aarch64: core's CTest suite cross-built with Debian's aarch64
+toolchain (ci/aarch64-linux-gnu.cmake) and run under qemu-aarch64, where core
+has no SIMD dispatch (its portable loops only).
+
+tests-core-x86-baseline: core's CTest suite built here and the bridge's pytest
+(the shared env's python), each under qemu-x86_64 on CPU models below this
+host's: Westmere (SSE4.2, no AVX) and Haswell (AVX2 + FMA + F16C, no
+AVX-512). Core reads the model's CPUID; a test asserts the level it picked
+(TIERKIT_EXPECT_SIMD) and any instruction above the model's level would die
+with SIGILL.
+
+Both: in full on demand; `-- --subset` (what the `tests` session runs) builds
+core_tests from a few of its sources and runs those, to fit CI's minutes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import nox
+
+from .env import BUILD_DIR, MAX_JOBS, ROOT
+from .tiers import TIERS
+
+AARCH64_TOOLCHAIN = ROOT / "ci" / "aarch64-linux-gnu.cmake"
+QEMU_X86 = ROOT / "ci" / "qemu-x86_64.sh"
+
+# qemu CPU model -> (its -cpu argument, the level core must pick on it).
+# Haswell's TSX, PCID, x2APIC and TSC-deadline bits are dropped: qemu's TCG
+# lacks them and would warn about each on every start (nothing in user
+# space uses them).
+X86_MODELS = {
+    "Westmere": ("Westmere", "baseline"),
+    "Haswell": ("Haswell,-hle,-rtm,-pcid,-invpcid,-x2apic,-tsc-deadline", "avx2"),
+}
+
+# The CI subset: core_tests from these sources only (all but layer_norm's,
+# the longest to compile: the pointwise kernels at every dtype, the 16-bit
+# conversions, rms_norm's and rotary's rows, the level check, the thread
+# pool), and the bridge's row ops; the full run has everything.
+SUBSET_SOURCES = (
+    "test_kernels.cpp", "test_dtype.cpp", "test_parallel.cpp", "test_conversions_simd.cpp",
+    "test_rotary.cpp", "test_rms_norm.cpp", "test_silu_mul.cpp",
+)  # fmt: skip
+BRIDGE_SUBSET = ("test_rows.py",)
+SKIPPED_IN_SUBSET = {
+    # exp over every 64th float (67 M): 2.5-5.5 min under qemu alone.
+    "VExpSigmoid": "every 64th float through exp takes minutes under qemu; the full run has it",
+}
+
+# Left out under emulation, each with its reason (ctest -E, logged): CTest's
+# reruns of the kernels under TIERKIT_SIMD=avx512|avx2|baseline (and the
+# rows' streaming at avx512|avx2) wherever that cap is at or above what the
+# CPU has, so the rerun is the plain run again (core does not dispatch on
+# aarch64; Westmere is baseline; Haswell has no AVX-512).
+SAME_AS_PLAIN_RUN = "TIERKIT_SIMD cap at or above this CPU's level: the plain run's path again"
+SKIPPED = {
+    "aarch64": {"VectorizedKernels.simd_|RowKinds.streaming_stores_": SAME_AS_PLAIN_RUN},
+    "Westmere": {
+        "VectorizedKernels.simd_|RowKinds.streaming_stores_": SAME_AS_PLAIN_RUN,
+        # fp_contract_tests is compiled with -mavx2 -mfma on purpose (the
+        # FMA-host case), so not for this CPU; it runs on Haswell.
+        "FpContract": "built with -mavx2 -mfma on purpose (an FMA host's build); runs on Haswell",
+    },
+    "Haswell": {
+        "VectorizedKernels.simd_avx|RowKinds.streaming_stores_avx512": SAME_AS_PLAIN_RUN,
+        # qemu 7.2's SSE/AVX NaN rule is not the hardware's: add(sNaN, qNaN)
+        # gives the qNaN where x86 gives the first operand, quieted (probed
+        # with vaddps and addps), so a table entry for a NaN input built by
+        # the AVX2 loop and the same value computed by the test's SSE code
+        # disagree in payload bits under Haswell emulation only. On hardware
+        # at the AVX2 level (TIERKIT_SIMD=avx2 in tests-core) they pass bit
+        # for bit, and on emulated Westmere too.
+        "VectorizedKernels.InnerTable": "qemu's NaN propagation differs from x86 hardware's (payload bits)",
+    },
+}
+# In the subset, Haswell's baseline rerun too (Westmere runs baseline).
+SKIPPED_IN_SUBSET_ON = {"Haswell": {"VectorizedKernels.simd_baseline": "Westmere runs the baseline level"}}
+
+
+def _need_tools(session: nox.Session, *tools: str) -> None:
+    if all(shutil.which(t) for t in tools):
+        return
+    session.run("bash", str(ROOT / "ci" / "system-deps.sh"), "emulation", external=True)
+
+
+def _subset(args) -> tuple[bool, list[str]]:
+    """`--subset` (CI's part) out of the session's arguments; the rest go to ctest."""
+    return "--subset" in args, [a for a in args if a != "--subset"]
+
+
+def _exclude_args(session: nox.Session, cpu: str, subset: bool) -> list[str]:
+    skipped = dict(SKIPPED[cpu])
+    if subset:
+        skipped.update(SKIPPED_IN_SUBSET)
+        skipped.update(SKIPPED_IN_SUBSET_ON.get(cpu, {}))
+    for pattern, why in skipped.items():
+        session.log(f"left out under emulation: {pattern}: {why}")
+    return ["-E", "|".join(skipped)] if skipped else []
+
+
+def _configure_build(session: nox.Session, build_dir, subset: bool, *cmake_args: str, env=None) -> None:
+    sources = ";".join(SUBSET_SOURCES) if subset else ""
+    session.run(
+        "cmake", "-S", str(ROOT / TIERS["core"].path), "-B", str(build_dir), "-G", "Ninja",
+        *TIERS["core"].cmake_args, "-DCMAKE_BUILD_TYPE=Release",
+        f"-DTIERKIT_CORE_TEST_SOURCES={sources}", *cmake_args,
+        external=True, env=env,
+    )  # fmt: skip
+    session.run("cmake", "--build", str(build_dir), "-j", MAX_JOBS, external=True, env=env)
+
+
+def _timed(session: nox.Session, what: str, start: float) -> None:
+    session.log(f"{what}: {time.monotonic() - start:.0f} s")
+
+
+def test_aarch64(session: nox.Session, args) -> None:
+    """Core's CTest suite cross-built for aarch64, run under qemu-aarch64."""
+    _need_tools(session, "aarch64-linux-gnu-g++", "qemu-aarch64")
+    subset, ctest_args = _subset(args)
+    build_dir = BUILD_DIR / "core-aarch64"
+    start = time.monotonic()
+    _configure_build(session, build_dir, subset, f"-DCMAKE_TOOLCHAIN_FILE={AARCH64_TOOLCHAIN}")
+    _timed(session, "cross build", start)
+    start = time.monotonic()
+    session.run(
+        "ctest", "--test-dir", str(build_dir), "--output-on-failure", "-j", MAX_JOBS,
+        *_exclude_args(session, "aarch64", subset), *ctest_args,
+        external=True, env={"TIERKIT_EMULATED": "qemu-aarch64", "TIERKIT_EXPECT_SIMD": "none"},
+    )  # fmt: skip
+    _timed(session, "ctest under qemu-aarch64", start)
+
+
+def test_x86_baseline(session: nox.Session, bridge_python: str | None, args) -> None:
+    """Core's CTest suite and the bridge's pytest on each x86 model of X86_MODELS."""
+    _need_tools(session, "qemu-x86_64")
+    subset, ctest_args = _subset(args)
+    build_dir = BUILD_DIR / "core-x86-baseline"
+    start = time.monotonic()
+    # CMAKE_SYSTEM_NAME marks the build as cross (to the same system) so that
+    # every CMake (3.28 on: only when cross compiling) runs the tests, and
+    # gtest's discovery, through the launcher (discovery on qemu's "max"
+    # model, which has all it emulates: fp_contract_tests is AVX2 code).
+    _configure_build(
+        session, build_dir, subset,
+        "-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=x86_64",
+        f"-DCMAKE_CROSSCOMPILING_EMULATOR={QEMU_X86}",
+        env={"TIERKIT_QEMU_CPU": "max"},
+    )  # fmt: skip
+    _timed(session, "build", start)
+    for model, (cpu, level) in X86_MODELS.items():
+        session.log(f"==== {model} (qemu -cpu {cpu}): core must pick {level}")
+        env = {
+            "TIERKIT_EMULATED": f"qemu-x86_64 -cpu {model}",
+            "TIERKIT_QEMU_CPU": cpu,
+            "TIERKIT_EXPECT_SIMD": level,
+        }
+        start = time.monotonic()
+        session.run(
+            "ctest", "--test-dir", str(build_dir), "--output-on-failure", "-j", MAX_JOBS,
+            *_exclude_args(session, model, subset), *ctest_args,
+            external=True, env=env,
+        )  # fmt: skip
+        _timed(session, f"ctest on {model}", start)
+        if bridge_python is None:
+            continue
+        tests = ROOT / TIERS["bridge"].path / "tests"
+        paths = [str(tests / name) for name in BRIDGE_SUBSET] if subset else [str(tests)]
+        start = time.monotonic()
+        session.run(
+            "qemu-x86_64", "-cpu", cpu, bridge_python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+            *paths, external=True, env=env,
+        )  # fmt: skip
+        _timed(session, f"bridge pytest on {model}", start)
