@@ -1,14 +1,16 @@
 """The layers ``kernels.kernelize`` puts in a model's place (the mapping:
-``tierkit_torch.hub.mapping()``). Each is stateless and reads the module it
-replaces the forward of (``self.weight``, ``self.variance_epsilon``), as
-``kernels`` requires: no ``__init__``, no members but the two flags."""
+``tierkit_torch.hub.mapping()``; the local repository's variants re-export
+these). Each is stateless and reads the module it replaces the forward of
+(``self.weight``, ``self.variance_epsilon``), as ``kernels`` requires: no
+``__init__``, no members but the two flags. They live in an importable
+module so that a kernelized model pickles (a forward is pickled by name)."""
 
 import tierkit_torch
 from torch import nn
 
 
 class RMSNorm(nn.Module):
-    """transformers' Llama, Mistral, Qwen2/3 and Phi-3 norms: ``weight * x_hat.to(dtype)``."""
+    """transformers' ``"RMSNorm"`` hub name (Llama, Mistral, Qwen2/3, Phi-3): ``weight * x_hat.to(dtype)``."""
 
     has_backward = True
     can_torch_compile = True
