@@ -164,4 +164,62 @@ TEST(Rotary, RefusesAnOddOrTooWideWidth) {
                tierkit::InvalidArgument);
 }
 
+// RowTables::broadcast merges x's leading dims where the tables allow and
+// drops those of size 1, so x of any rank fits: each row's table offsets
+// equal the unmerged, row-major ones; more alternating runs than kMaxRank
+// are refused (false).
+TEST(RowTables, MergedLeadingDimsGiveEveryRowItsOffsets) {
+  // x's leading dims (11 of them) and two tables: [2, 1, 3, 1, 1, 5, r]
+  // broadcast from the right, and a full one.
+  const std::vector<std::int64_t> lead = {2, 1, 2, 1, 2, 2, 3, 1, 1, 5, 4};
+  const int n = static_cast<int>(lead.size());
+  const std::int64_t r = 6;
+  const std::vector<std::int64_t> a_sizes = {2, 3, 1, 1, 5, 1, r};
+  std::vector<std::int64_t> b_sizes = lead;
+  b_sizes.push_back(r);
+  const auto strides_of = [](const std::vector<std::int64_t>& sizes) {
+    std::vector<std::int64_t> st(sizes.size());
+    std::int64_t s = 1;
+    for (int i = static_cast<int>(sizes.size()) - 1; i >= 0; --i) {
+      st[i] = s;
+      s *= sizes[i];
+    }
+    return st;
+  };
+  const auto a_strides = strides_of(a_sizes), b_strides = strides_of(b_sizes);
+  RowTables<2> l;
+  const int ranks[2] = {static_cast<int>(a_sizes.size()), static_cast<int>(b_sizes.size())};
+  const std::int64_t* sizes[2] = {a_sizes.data(), b_sizes.data()};
+  const std::int64_t* strides[2] = {a_strides.data(), b_strides.data()};
+  ASSERT_TRUE(l.broadcast(lead.data(), n, ranks, sizes, strides));
+  EXPECT_LE(l.rank, tierkit::kMaxRank);
+  std::int64_t rows = 1;
+  for (std::int64_t s : lead) rows *= s;
+  for (std::int64_t row = 0; row < rows; ++row) {
+    // The unmerged offsets: row-major index over lead, each table's own.
+    std::int64_t want[2] = {0, 0}, rest = row;
+    for (int k = n - 1; k >= 0; --k) {
+      const std::int64_t i = rest % lead[k];
+      rest /= lead[k];
+      for (int t = 0; t < 2; ++t) {
+        const int j = k - (n - (ranks[t] - 1));
+        if (j >= 0 && sizes[t][j] != 1) want[t] += i * strides[t][j];
+      }
+    }
+    std::int64_t got[2];
+    l.offsets(row, got);
+    ASSERT_EQ(got[0], want[0]) << "row " << row;
+    ASSERT_EQ(got[1], want[1]) << "row " << row;
+  }
+  // Nine alternating runs: refused.
+  const std::vector<std::int64_t> nine(9, 2);
+  const std::vector<std::int64_t> alt = {2, 1, 2, 1, 2, 1, 2, 1, 2, r};
+  const auto alt_strides = strides_of(alt);
+  const int alt_ranks[2] = {10, 10};
+  const std::int64_t* alt_sizes[2] = {alt.data(), alt.data()};
+  const std::int64_t* alt_st[2] = {alt_strides.data(), alt_strides.data()};
+  RowTables<2> refused;
+  EXPECT_FALSE(refused.broadcast(nine.data(), 9, alt_ranks, alt_sizes, alt_st));
+}
+
 }  // namespace
