@@ -17,7 +17,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ci"))
 
-from nox_support import emulation, fuzz, matrix, sanitizers, wheels
+from nox_support import emulation, fuzz, matrix, models, sanitizers, wheels
 from nox_support.ctest import run_ctest
 from nox_support.env import (
     BUILD_DIR,
@@ -103,16 +103,12 @@ def run_cross_tier_tests(session: nox.Session, *args: str) -> None:
     session.run(py, "-m", "pytest", "-q", "-rs", *parallel, str(ROOT / "tests"), *args, external=True)
 
 
-MODELS = "ci/requirements-models.txt"
-
-
 def run_model_tests(session: nox.Session, *args: str) -> None:
-    """tierkit in real transformers model code (packages/torch-cpu/tests-models)."""
-    py = env_with(session, with_deps("torch"), MODELS)
-    session.run(
-        py, "-m", "pytest", "-q", "-rs", str(ROOT / "packages/torch-cpu/tests-models"), *args,
-        external=True, env={**BUILD_ENV, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    """tierkit in real transformers model code (packages/torch-cpu/tests-models),
+    in each cell of ci/nox_support/models.py: the tiers in .nox/_env, each
+    transformers/kernels pair in a venv of its own over it."""
+    env_with(session, with_deps("torch"))
+    models.run(session, args)
 
 
 def _tier_session(name: str) -> None:
@@ -173,8 +169,10 @@ def tests_models(session: nox.Session) -> None:
     """tierkit in real models: Llama, Mistral, Qwen2/3, Gemma 1/2/3, Phi-3 and
     GPT-2 from tiny random-init configs, patched (tierkit_torch.patch) and
     kernelized (kernels with tierkit_torch.hub), against stock: values, a
-    training step, generation, compile, export. transformers 5.23 and
-    kernels 0.17.2 from the registry, offline."""
+    training step, generation, compile, export; pickling, copies, wrappers,
+    probes. Two cells, offline: the oldest pair transformers accepts
+    (5.23.0 + kernels 0.18.3) and the newest (5.25.0 + 0.19.1),
+    ci/requirements-models-{oldest,newest}.txt; `-- --cell newest` for one."""
     run_model_tests(session, *session.posargs)
 
 

@@ -32,8 +32,12 @@ def patched(model, way="patch", mode=None):
     counts = hub.mark(model)
     hub.kernelize(model, mode=mode)
     # kernels falls back to the stock forward silently where a layer does not fit the mode: not here.
-    assert any("tierkit_hub_layers" in getattr(m.forward, "__module__", "") for m in model.modules()), mode
+    assert any(k.startswith("kernels") for k in tierkit_torch.models.patched_modules(model).values()), mode
     return counts
+
+
+def is_hub_layer(forward):
+    return getattr(getattr(forward, "__func__", None), "__module__", "") == "tierkit_torch.hub.layers"
 
 
 def rel(a, b):
@@ -150,20 +154,27 @@ def test_compile_fullgraph_and_export_dynamic_batch(family, way):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_kernelize_puts_tierkits_layers_in_and_only_in_the_marked_model(family):
+def test_kernelize_puts_tierkits_layers_in_and_changes_no_class(family):
+    """Every norm and rotary function mark counted runs tierkit's layer after
+    kernelize; no class of the model changed (item 2): another model of the
+    same classes, kernelized afterwards with a mapping, gets that mapping."""
     kernels = pytest.importorskip("kernels")
     import tierkit_torch.hub as hub
 
     stock, model = pair(family)
+    classes = {type(m) for m in model.modules()}
+    before = {c: dict(vars(c)) for c in classes}
     counts = patched(model, "kernelize")
     assert counts["norm"] >= 5 and counts["rotary"] == (2 if ROTARY[family] else 0), counts
-    norms = [m for m in model.modules() if getattr(m, "_tierkit_hub", False)]
-    assert norms and all(type(m.forward.__self__) is type(m) for m in norms)
-    assert all("tierkit_hub_layers" in m.forward.__func__.__module__ for m in norms)
-    # The unmarked stock model of the same classes keeps its own forwards, even kernelized with the mapping.
+    after = {c: dict(vars(c)) for c in classes}
+    assert after == before
+    kinds = tierkit_torch.models.patched_modules(model)
+    assert len(kinds) == counts["norm"] + counts["rotary"], kinds
+    assert all(k.startswith("kernels") for k in kinds.values()), kinds
+    # A second model of the same classes, unmarked, kernelized with the mapping: every module
+    # transformers named gets its layer (a class-level condition set by mark kept them stock).
+    named = [m for m in stock.modules() if getattr(type(m), "kernel_layer_name", None) == "RMSNorm"]
     with kernels.use_kernel_mapping(hub.mapping()):
         kernels.kernelize(stock, device="cpu", mode=kernels.Mode.INFERENCE)
-    assert not any("tierkit_hub_layers" in getattr(m.forward, "__module__", "") for m in stock.modules())
-    for module in model.modules():
-        for func in module.__dict__.get("_kernel_funcs", {}).values():
-            assert "tierkit_hub_layers" in func.forward.__func__.__module__
+    assert sum(is_hub_layer(m.__dict__.get("forward")) for m in stock.modules()) == len(named)
+    assert family in ("gemma", "gemma2", "gemma3_text", "gpt2") or len(named) >= 5

@@ -527,7 +527,7 @@ def patched_modules(model: torch.nn.Module) -> dict[str, str]:
         if kind is None:
             for func in (module.__dict__.get("_kernel_funcs") or {}).values():
                 f = getattr(func, "forward", None)
-                if "tierkit_torch" in (getattr(f, "__module__", "") or ""):
+                if (getattr(f, "__module__", "") or "") == "tierkit_torch.hub.layers":
                     kind = "kernels: " + type(f.__self__).__name__ if hasattr(f, "__self__") else "kernels"
         if kind is not None:
             out[name] = kind
