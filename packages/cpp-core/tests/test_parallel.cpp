@@ -23,9 +23,9 @@ using tierkit::ThreadPool;
 // aborts in its own code ("qemu_plugin_vcpu_init_hook: assertion failed",
 // then rcu_read_unlock), so the fork tests say so and skip there; they run
 // on every native build.
-#define SKIP_FORK_UNDER_EMULATION()                                                                   \
-  if (const char* emulator = std::getenv("TIERKIT_EMULATED"))                                      \
-  GTEST_SKIP() << "under " << emulator                                                             \
+#define SKIP_FORK_UNDER_EMULATION()                           \
+  if (const char* emulator = std::getenv("TIERKIT_EMULATED")) \
+  GTEST_SKIP() << "under " << emulator                        \
                << ": qemu-user aborts when a forked child of a threaded process starts a thread"
 
 TEST(ThreadPool, CoversRangeExactlyOnce) {

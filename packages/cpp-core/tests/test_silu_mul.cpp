@@ -125,7 +125,8 @@ TEST(VExpSigmoid, WithinAnUlpOnItsRangeAndOneWhereTheSumIsOne) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
-  const bool fma = true;  // elsewhere (aarch64) std::fma is an instruction of every CPU: compare the two copies
+  const bool fma =
+      true;  // elsewhere (aarch64) std::fma is an instruction of every CPU: compare the two copies
 #endif
   if (fma) vexp_sigmoid_fma(xs.data(), fast.data(), xs.size());
   vexp_sigmoid_soft(xs.data(), soft.data(), xs.size());

@@ -200,7 +200,8 @@ struct AutogradRows {
   // (as aten's native_layer_norm's mean and rstd are not): only the nodes'
   // fused backward reads them, and a graph of the backward (create_graph)
   // recomputes them from x by the formulas.
-  static std::tuple<at::Tensor, at::Tensor> differentiated(const at::Tensor& x, const Ps& params, double eps) {
+  static std::tuple<at::Tensor, at::Tensor> differentiated(const at::Tensor& x, const Ps& params,
+                                                           double eps) {
     const bool graph = graph_needed({&x}, params);
     const bool forward_ad = tangent_needed({&x}, params);
     c10::intrusive_ptr<RowNode<E>> node;

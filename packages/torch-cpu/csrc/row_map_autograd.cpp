@@ -39,7 +39,6 @@ using torch::autograd::variable_list;
 
 using MapFn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool);
 
-
 bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 // t, or a normal copy of an inference tensor (which cannot be saved for backward).
 at::Tensor saveable(const at::Tensor& t) { return t.is_inference() ? t.clone() : t; }

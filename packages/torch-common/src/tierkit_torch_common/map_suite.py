@@ -247,7 +247,10 @@ def test_map_fakes_give_the_kernels_dtypes(ops, entry, xd, td, gen):
     ("xs", "ts"),
     [
         ((2, 1, 2, 1, 2, 1, 2, 3, 4, 8), (3, 1, 8)),  # 10-d x, tables [seq, 1, r]
-        ((2, 2, 2, 2, 2, 2, 2, 2, 3, 8), (2, 1, 2, 1, 2, 1, 2, 2, 3, 8)),  # 9 leading dims, 7 runs once merged
+        (
+            (2, 2, 2, 2, 2, 2, 2, 2, 3, 8),
+            (2, 1, 2, 1, 2, 1, 2, 2, 3, 8),
+        ),  # 9 leading dims, 7 runs once merged
         ((3, 2, 1, 1, 1, 1, 1, 1, 1, 5, 16), (5, 16)),  # 11-d, size-1 dims
     ],
     ids=str,
@@ -255,7 +258,6 @@ def test_map_fakes_give_the_kernels_dtypes(ops, entry, xd, td, gen):
 def test_map_x_of_any_rank(ops, entry, xs, ts, gen):
     """x of more than 8 dims is computed like any other (core merges the
     leading dims the tables' broadcast allows), as every other op computes it."""
-    r = ts[-1]
     x = make(xs, torch.float32, gen, 1.0)
     cos, sin = make(ts, torch.float32, gen, 1.0), make(ts, torch.float32, gen, 1.0)
     got = call(ops, entry, x, cos, sin, False)
@@ -263,7 +265,9 @@ def test_map_x_of_any_rank(ops, entry, xs, ts, gen):
     # Tables broadcast in more alternating runs than core holds: a clear error.
     many = (2,) * 9 + (8,)
     t = torch.ones(2, 1, 2, 1, 2, 1, 2, 1, 2, 8)
-    with pytest.raises(RuntimeError, match=r"x: expected leading dims that the tables' broadcast leaves in at most 8 runs"):
+    with pytest.raises(
+        RuntimeError, match=r"x: expected leading dims that the tables' broadcast leaves in at most 8 runs"
+    ):
         call(ops, entry, make(many, torch.float32, gen), t, t, False)
 
 

@@ -50,7 +50,8 @@ inline const c10::OperatorHandle& find_op(const char* qualified) {
 
 // The typed handle of `qualified`, cached in the call site's `slot`.
 template <typename Sig>
-c10::TypedOperatorHandle<Sig> op_handle(std::atomic<const c10::OperatorHandle*>& slot, const char* qualified) {
+c10::TypedOperatorHandle<Sig> op_handle(std::atomic<const c10::OperatorHandle*>& slot,
+                                        const char* qualified) {
   const c10::OperatorHandle* h = slot.load(std::memory_order_acquire);
   if (h == nullptr) {
     h = &find_op(qualified);

@@ -51,10 +51,10 @@ struct RowEntry {
  private:
   template <int K>
   static inline const std::string kNames = std::string("tierkit::") + (K == 0   ? Info::name
-                                                                      : K == 1 ? Info::add_name
-                                                                      : K == 2 ? Info::add_inplace_name
-                                                                      : K == 3 ? Info::forward_name
-                                                                               : Info::backward_name);
+                                                                       : K == 1 ? Info::add_name
+                                                                       : K == 2 ? Info::add_inplace_name
+                                                                       : K == 3 ? Info::forward_name
+                                                                                : Info::backward_name);
 };
 
 template <typename Impl, typename Seq>
