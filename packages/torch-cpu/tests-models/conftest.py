@@ -59,3 +59,9 @@ def pair(family: str, dtype=torch.float32):
 
 def ids(batch=2, seq=9, seed=3):
     return torch.randint(3, 128, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "sweep: test_sweep.py's model types (every causal-LM type with -m sweep; a sample without)"
+    )

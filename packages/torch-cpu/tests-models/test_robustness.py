@@ -48,7 +48,9 @@ def test_transformers_hub_decorators_are_on():
     assert type(modeling_llama.apply_rotary_pos_emb).__name__ == "Func"
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize(
+    "family", ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text"]
+)
 def test_rotary_replaced_through_the_wrapped_forward(family):
     _, model = pair(family)
     counts = quiet_patch(model)
@@ -157,7 +159,9 @@ def test_wrappers_subclass_peft_and_compiled():
 def test_peft_model_is_patched_through_its_base_model():
     peft = pytest.importorskip("peft", reason="peft is not installed: the PEFT case is not run")
     stock, model = pair("llama")
-    wrapped = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "gate_proj"]))
+    wrapped = peft.get_peft_model(
+        model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj", "gate_proj"])
+    )
     assert quiet_patch(wrapped) == {"norm": 5, "mlp": 2, "rotary": 2}
     x = ids()
     assert rel(logits(wrapped, x), logits(stock, x)) <= 1e-5  # LoRA's B starts at zero

@@ -288,10 +288,13 @@ def _norm_probe(module: torch.nn.Module) -> tuple[str, float, str] | str:
     eps_attrs = [a for a in _EPS_ATTRS if isinstance(getattr(module, a, None), float)]
     if not eps_attrs:
         return "no float eps attribute"
+    why = _one_input(type(module).forward)
+    if why:
+        return why
     d = weight.numel()
     try:
         probe = copy.deepcopy(module).float()
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"cannot be copied to probe ({type(e).__name__})"
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -300,7 +303,11 @@ def _norm_probe(module: torch.nn.Module) -> tuple[str, float, str] | str:
     x = torch.randn(3, 7, d, generator=gen)
     cases = []  # (weight dtype, x)
     for scale in (1.0, 1e-3):
-        cases += [(torch.float32, x * scale), (torch.bfloat16, (x * scale).bfloat16()), (torch.float32, (x * scale).bfloat16())]
+        cases += [
+            (torch.float32, x * scale),
+            (torch.bfloat16, (x * scale).bfloat16()),
+            (torch.float32, (x * scale).bfloat16()),
+        ]
     stock = type(module).forward
     wants = []
     try:
@@ -308,7 +315,7 @@ def _norm_probe(module: torch.nn.Module) -> tuple[str, float, str] | str:
             for wdtype, xs in cases:
                 p = probe.to(wdtype)
                 wants.append(stock(p, xs))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"its forward fails on a probe ({type(e).__name__})"
     best: tuple[int, tuple[str, float, str]] | None = None
     for eps_attr in eps_attrs:
@@ -327,10 +334,56 @@ def _norm_probe(module: torch.nn.Module) -> tuple[str, float, str] | str:
     return best[1] if best else "no casting mode, offset and eps of rms_norm gives its output"
 
 
+def _one_input(forward: Any) -> str | None:
+    """None when `forward` (a class's) takes the input alone, as tierkit's
+    replacements do; else why not: a caller passing more (a gated norm's
+    ``gate``, ``**kwargs``) would get another result or a TypeError."""
+    try:
+        params = list(inspect.signature(forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return "its forward's signature cannot be read"
+    if len(params) != 1 or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        return "its forward takes more than the input (" + ", ".join(p.name for p in params) + ")"
+    return None
+
+
 def _layer_norm_probe(module: torch.nn.Module) -> bool:
-    if not isinstance(module, torch.nn.LayerNorm):
-        return False
-    return len(module.normalized_shape) == 1 and module.elementwise_affine and module.bias is not None
+    """Whether `module` is a torch.nn.LayerNorm tierkit's layer_norm computes exactly (below)."""
+    return isinstance(module, torch.nn.LayerNorm) and _layer_norm_why(module) is None
+
+
+def _layer_norm_why(module: torch.nn.LayerNorm) -> str | None:
+    """None when tierkit's layer_norm gives the module's own output (random
+    weight and bias, fp32 and bfloat16: a subclass that changes the forward,
+    Nemotron's weight + 1, fails), else why not."""
+    from . import ops
+
+    if len(module.normalized_shape) != 1 or not module.elementwise_affine or module.bias is None:
+        return f"normalized_shape {tuple(module.normalized_shape)}, no affine weight and bias"
+    why = _one_input(type(module).forward)
+    if why:
+        return why
+    d = module.normalized_shape[0]
+    try:
+        probe = copy.deepcopy(module).float()
+    except Exception as e:
+        return f"cannot be copied to probe ({type(e).__name__})"
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        probe.weight.copy_((torch.randn(d, generator=gen) * 0.5).bfloat16().float())
+        probe.bias.copy_((torch.randn(d, generator=gen) * 0.5).bfloat16().float())
+    x = torch.randn(3, 7, d, generator=gen) * 2 + 0.5
+    try:
+        with torch.no_grad():
+            for dtype in (torch.float32, torch.bfloat16):
+                p = probe.to(dtype)
+                want = type(module).forward(p, x.to(dtype))
+                got = ops.layer_norm(x.to(dtype), p.weight, p.bias, p.eps)
+                if not _same(got, want)[0]:
+                    return f"tierkit's layer_norm gives another output ({dtype})"
+    except Exception as e:
+        return f"its forward fails on a probe ({type(e).__name__})"
+    return None
 
 
 _ACT_ATTRS = ("act_fn", "activation_fn", "act", "activation")
@@ -348,6 +401,9 @@ def _mlp_probe(module: torch.nn.Module) -> tuple[str, bool, str] | str:
     gate = _gate_kind(getattr(module, act_attr))
     if gate is None:
         return f"activation {type(getattr(module, act_attr)).__name__}: no fused gate"
+    why = _one_input(type(module).forward)
+    if why:
+        return why
     forward = _mlp_forward(gate, fused, act_attr)
     proj = module.gate_up_proj if fused else module.gate_proj
     w = getattr(proj, "weight", None)
@@ -358,7 +414,7 @@ def _mlp_probe(module: torch.nn.Module) -> tuple[str, bool, str] | str:
         with torch.no_grad():
             want = type(module).forward(module, x)
             got = forward(module, x)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"its forward fails on a probe ({type(e).__name__})"
     return (gate, fused, act_attr) if _same(got, want)[0] else "tierkit's fused gate gives another output"
 
@@ -388,12 +444,16 @@ def _rotary_probe(module: torch.nn.Module) -> str | None:
         angles = torch.rand(2, 5, width // 2, generator=gen) * 6.0
         emb = torch.cat([angles, angles], dim=-1)
         cos, sin = emb.cos(), emb.sin()
-        for qd, td in ((torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32)):
+        for qd, td in (
+            (torch.float32, torch.float32),
+            (torch.bfloat16, torch.bfloat16),
+            (torch.bfloat16, torch.float32),
+        ):
             args = (q.to(qd), k.to(qd), cos.to(td), sin.to(td))
             try:
                 with torch.no_grad():
                     want = stock(*args)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 return f"its apply_rotary_pos_emb takes other arguments ({type(e).__name__})"
             with torch.no_grad():
                 got = apply_rotary_pos_emb(*args)
@@ -569,11 +629,21 @@ def patch(model: torch.nn.Module) -> dict[str, int]:
             continue
         name = cls.__name__
         if isinstance(module, torch.nn.LayerNorm):
-            if _layer_norm_probe(module):
+            ln_key = (
+                cls,
+                "layer_norm",
+                tuple(module.normalized_shape),
+                module.elementwise_affine,
+                module.bias is None,
+            )
+            if ln_key not in probed:
+                probed[ln_key] = _layer_norm_why(module)
+            why = probed[ln_key]
+            if why is None:
                 bind(module, ("layer_norm",))
                 counts["norm"] += 1
             else:
-                skipped[name] = f"normalized_shape {tuple(module.normalized_shape)}"
+                skipped[name] = why
             continue
         if _looks_like_norm(module):
             key = (cls, "norm", module.weight.numel(), module.weight.dtype)
@@ -586,8 +656,10 @@ def patch(model: torch.nn.Module) -> dict[str, int]:
             else:
                 skipped[name] = found
             continue
-        if name.endswith("MLP") or hasattr(module, "gate_up_proj") or (
-            hasattr(module, "gate_proj") and hasattr(module, "down_proj")
+        if (
+            name.endswith("MLP")
+            or hasattr(module, "gate_up_proj")
+            or (hasattr(module, "gate_proj") and hasattr(module, "down_proj"))
         ):
             found = _mlp_probe(module)
             if isinstance(found, tuple):
@@ -612,4 +684,3 @@ def patch(model: torch.nn.Module) -> dict[str, int]:
             stacklevel=2,
         )
     return counts
-
