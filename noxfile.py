@@ -172,7 +172,9 @@ def tests_models(session: nox.Session) -> None:
     training step, generation, compile, export; pickling, copies, wrappers,
     probes. Two cells, offline: the oldest pair transformers accepts
     (5.23.0 + kernels 0.18.3) and the newest (5.25.0 + 0.19.1),
-    ci/requirements-models-{oldest,newest}.txt; `-- --cell newest` for one."""
+    ci/requirements-models-{oldest,newest}.txt; `-- --cell newest` for one.
+    test_sweep.py runs a sample of causal-LM types; `-- -m sweep` every one
+    (the table in build/models-sweep/, docs/models.md)."""
     run_model_tests(session, *session.posargs)
 
 
@@ -316,9 +318,13 @@ def bench(session: nox.Session) -> None:
     """The benchmark report: builds the tiers in dependency order, runs `tierkit bench`.
 
     `nox -s bench -- --quick` for the one-minute smoke version; `-- --out DIR`
-    to write somewhere other than bench-results/."""
+    to write somewhere other than bench-results/. It runs in tests-models'
+    newest cell (.nox/_models_newest over .nox/_env: the tierkit-torch[transformers]
+    extra, ci/requirements-models-newest.txt), so its models section measures
+    on a fresh machine instead of being skipped."""
     names = [name for name, tier in TIERS.items() if tier.bench and (not tier.cuda or has_cuda_toolkit())]
-    py = env_with(session, names, BENCH)
+    env_with(session, names, BENCH)
+    py = models.cell_env(session, "newest")
     args = list(session.posargs)
     if "--out" not in args:
         args += ["--out", str(ROOT / "bench-results")]
