@@ -197,7 +197,7 @@ def _with_rotary(forward: Any, replacement: Any, depth: int = 0) -> types.Functi
             cells[i] = types.CellType(new_inner)
             new = _copy_function(fn, fn.__globals__, tuple(cells))
             if getattr(fn, "__wrapped__", None) is not None:
-                new.__wrapped__ = new_inner
+                new.__dict__["__wrapped__"] = new_inner
             return new
     return None
 
@@ -205,7 +205,7 @@ def _with_rotary(forward: Any, replacement: Any, depth: int = 0) -> types.Functi
 _STOCK_ROTARY: dict[type, Any] = {}
 
 
-def stock_rotary(attention_cls: type) -> Callable[..., Any] | None:
+def stock_rotary(attention_cls: Any) -> Callable[..., Any] | None:
     """The plain ``apply_rotary_pos_emb`` an attention class's forward calls
     (through kernels' ``Func`` module, where transformers' hub decorators
     made it one), or None."""
@@ -215,7 +215,7 @@ def stock_rotary(attention_cls: type) -> Callable[..., Any] | None:
     return found
 
 
-def _find_stock_rotary(attention_cls: type) -> Callable[..., Any] | None:
+def _find_stock_rotary(attention_cls: Any) -> Callable[..., Any] | None:
     site = _rotary_site(attention_cls.forward)
     if site is None:
         return None
@@ -274,7 +274,7 @@ _EPS_ATTRS = ("variance_epsilon", "eps", "epsilon", "variance_eps", "norm_eps")
 _NORM_MODES = (("llama", 0.0), ("gemma", 1.0), ("aten", 0.0), ("llama", 1.0), ("aten", 1.0), ("gemma", 0.0))
 
 
-def _norm_probe(module: torch.nn.Module) -> tuple[str, float, str] | str:
+def _norm_probe(module: Any) -> tuple[str, float, str] | str:
     """(casting mode, offset, eps attribute) when tierkit's rms_norm gives the
     module's own output on probes (random weight, fp32, bfloat16, float32
     weight with bfloat16 input; a small scale where eps matters), else why not."""
@@ -347,12 +347,12 @@ def _one_input(forward: Any) -> str | None:
     return None
 
 
-def _layer_norm_probe(module: torch.nn.Module) -> bool:
+def _layer_norm_probe(module: Any) -> bool:
     """Whether `module` is a torch.nn.LayerNorm tierkit's layer_norm computes exactly (below)."""
     return isinstance(module, torch.nn.LayerNorm) and _layer_norm_why(module) is None
 
 
-def _layer_norm_why(module: torch.nn.LayerNorm) -> str | None:
+def _layer_norm_why(module: Any) -> str | None:
     """None when tierkit's layer_norm gives the module's own output (random
     weight and bias, fp32 and bfloat16: a subclass that changes the forward,
     Nemotron's weight + 1, fails), else why not."""
@@ -389,7 +389,7 @@ def _layer_norm_why(module: torch.nn.LayerNorm) -> str | None:
 _ACT_ATTRS = ("act_fn", "activation_fn", "act", "activation")
 
 
-def _mlp_probe(module: torch.nn.Module) -> tuple[str, bool, str] | str:
+def _mlp_probe(module: Any) -> tuple[str, bool, str] | str:
     """(gate, fused, activation attribute) when tierkit's fused gate gives the module's output, else why not."""
     fused = hasattr(module, "gate_up_proj") and hasattr(module, "down_proj")
     split = all(hasattr(module, n) for n in ("gate_proj", "up_proj", "down_proj"))
@@ -419,7 +419,7 @@ def _mlp_probe(module: torch.nn.Module) -> tuple[str, bool, str] | str:
     return (gate, fused, act_attr) if _same(got, want)[0] else "tierkit's fused gate gives another output"
 
 
-def _rotary_probe(module: torch.nn.Module) -> str | None:
+def _rotary_probe(module: Any) -> str | None:
     """None when tierkit's apply_rotary_pos_emb gives the attention's own
     function's outputs (values and dtypes: fp32, bfloat16, bfloat16 q and k
     with float32 tables; the model's rotary width), else why not."""
@@ -541,7 +541,7 @@ class _Reduce:
         return (_restore, (type(m), spec), state)
 
 
-def _restore(cls: type, spec: tuple | None) -> torch.nn.Module:
+def _restore(cls: Any, spec: tuple | None) -> torch.nn.Module:
     module = cls.__new__(cls)
     module.__dict__["__setstate__"] = _SetState(module, spec)
     return module
@@ -588,7 +588,8 @@ def patched_modules(model: torch.nn.Module) -> dict[str, str]:
             for func in (module.__dict__.get("_kernel_funcs") or {}).values():
                 f = getattr(func, "forward", None)
                 if (getattr(f, "__module__", "") or "") == "tierkit_torch.hub.layers":
-                    kind = "kernels: " + type(f.__self__).__name__ if hasattr(f, "__self__") else "kernels"
+                    owner = getattr(f, "__self__", None)
+                    kind = "kernels: " + type(owner).__name__ if owner is not None else "kernels"
         if kind is not None:
             out[name] = kind
     return out
@@ -620,7 +621,7 @@ def patch(model: torch.nn.Module) -> dict[str, int]:
     model = unwrap_model(model, "tierkit_torch.patch")
     counts = {"norm": 0, "mlp": 0, "rotary": 0}
     skipped: dict[str, str] = {}
-    probed: dict[tuple, Any] = {}  # per class and shape: the probe's answer, once
+    probed: dict[tuple[Any, ...], Any] = {}  # per class and shape: the probe's answer, once
     for module in model.modules():
         cls = type(module)
         done = patched_kind(module)
@@ -646,7 +647,8 @@ def patch(model: torch.nn.Module) -> dict[str, int]:
                 skipped[name] = why
             continue
         if _looks_like_norm(module):
-            key = (cls, "norm", module.weight.numel(), module.weight.dtype)
+            w: Any = module.weight
+            key: tuple[Any, ...] = (cls, "norm", w.numel(), w.dtype)
             if key not in probed:
                 probed[key] = _norm_probe(module)
             found = probed[key]

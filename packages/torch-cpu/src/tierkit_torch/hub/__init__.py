@@ -72,6 +72,7 @@ def mapping(devices: tuple[str, ...] | None = None) -> dict[str, Any]:
 
 
 class _NormFunc(torch.nn.Module):
+    _target: Any  # in __dict__, not a submodule
     """A norm instance's own kernels function (kernelize replaces its
     forward with a layer reading ``self.weight`` and the eps: here, the norm's)."""
 
@@ -114,6 +115,8 @@ class _LayerNormFunc(_NormFunc):
 class _RotaryFunc(torch.nn.Module):
     """An attention instance's own ``rotary_pos_emb`` kernels function."""
 
+    _cls: Any
+
     kernel_layer_name = "rotary_pos_emb"
     has_backward = True
     can_torch_compile = True
@@ -122,7 +125,7 @@ class _RotaryFunc(torch.nn.Module):
         super().__init__()
         self.__dict__["_cls"] = attention_cls  # pickled by name (the function may be shadowed by a hub one)
 
-    def forward(self, q, k, cos, sin, unsqueeze_dim=1):  # type: ignore[no-untyped-def]
+    def forward(self, q, k, cos, sin, unsqueeze_dim=1):
         return _models.stock_rotary(self._cls)(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
 
 
@@ -134,7 +137,7 @@ def _forward_from_spec(module: torch.nn.Module, spec: tuple) -> Any:
     if spec[1] == "norm":
         return _norm_via_func
     if spec[1] == "rotary":
-        return _models._with_rotary(type(module).forward, module._kernel_funcs[ROTARY_FUNC])
+        return _models._with_rotary(type(module).forward, module.__dict__["_kernel_funcs"][ROTARY_FUNC])
     return None
 
 
@@ -156,7 +159,7 @@ def mark(model: torch.nn.Module) -> dict[str, int]:
     model = _models.unwrap_model(model, "tierkit_torch.hub.mark")
     counts = {"norm": 0, "rotary": 0}
     skipped: dict[str, str] = {}
-    probed: dict[tuple, Any] = {}
+    probed: dict[tuple[Any, ...], Any] = {}
     for module in model.modules():
         cls = type(module)
         name = cls.__name__
@@ -166,9 +169,12 @@ def mark(model: torch.nn.Module) -> dict[str, int]:
             continue
         if is_norm:
             if isinstance(module, torch.nn.LayerNorm):
-                found: Any = ("layer_norm",) if _models._layer_norm_probe(module) else "not a 1-d affine LayerNorm"
+                found: Any = (
+                    ("layer_norm",) if _models._layer_norm_probe(module) else "not a 1-d affine LayerNorm"
+                )
             else:
-                key = (cls, module.weight.numel(), module.weight.dtype)
+                w: Any = module.weight
+                key: tuple[Any, ...] = (cls, w.numel(), w.dtype)
                 if key not in probed:
                     probed[key] = _models._norm_probe(module)
                 found = probed[key]
@@ -177,12 +183,16 @@ def mark(model: torch.nn.Module) -> dict[str, int]:
                 continue
             func_cls = _LayerNormFunc if found == ("layer_norm",) else _NORM_FUNCS.get(found)
             if func_cls is None:
-                skipped[name] = f"tierkit's hub layers have no {found[0]} norm with offset {found[1]} and {found[2]}"
+                skipped[name] = (
+                    f"tierkit's hub layers have no {found[0]} norm with offset {found[1]} and {found[2]}"
+                )
                 continue
             if _hub_name(cls) == func_cls.kernel_layer_name:
                 pass  # transformers named it: kernelize replaces it with tierkit's layer as it is
             elif _hub_name(cls) is not None:
-                skipped[name] = f"transformers names it {_hub_name(cls)!r}, tierkit computes {func_cls.kernel_layer_name!r}"
+                skipped[name] = (
+                    f"transformers names it {_hub_name(cls)!r}, tierkit computes {func_cls.kernel_layer_name!r}"
+                )
                 continue
             else:
                 func = func_cls(module)
@@ -200,13 +210,15 @@ def mark(model: torch.nn.Module) -> dict[str, int]:
             funcs = module.__dict__.get("_kernel_funcs") or {}
             if why is not None:
                 skipped[name] = why
-                if ROTARY_FUNC in funcs:  # a hub function of transformers' that tierkit's layer would get wrong
+                if (
+                    ROTARY_FUNC in funcs
+                ):  # a hub function of transformers' that tierkit's layer would get wrong
                     funcs[ROTARY_FUNC] = _Stock(cls)
                 continue
             if ROTARY_FUNC not in funcs:  # transformers did not make it a hub function: one of its own
-                func = _RotaryFunc(cls)
-                _models.keep_through_copies(func)
-                module.__dict__.setdefault("_kernel_funcs", {})[ROTARY_FUNC] = func
+                rotary_func = _RotaryFunc(cls)
+                _models.keep_through_copies(rotary_func)
+                module.__dict__.setdefault("_kernel_funcs", {})[ROTARY_FUNC] = rotary_func
                 _models.bind(module, ("hub", "rotary"))
             module.__dict__[_MARK] = True
             counts["rotary"] += 1
@@ -226,6 +238,8 @@ class _Stock(torch.nn.Module):
     """Stands in for a transformers hub function tierkit's layer would get
     wrong: a name no mapping has, so kernelize keeps the stock function."""
 
+    _cls: Any
+
     kernel_layer_name = "tierkit_not_replaceable"
     has_backward = True
     can_torch_compile = True
@@ -234,7 +248,7 @@ class _Stock(torch.nn.Module):
         super().__init__()
         self.__dict__["_cls"] = attention_cls
 
-    def forward(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def forward(self, *args, **kwargs):
         return _models.stock_rotary(self._cls)(*args, **kwargs)
 
 
@@ -252,4 +266,3 @@ def kernelize(model: torch.nn.Module, mode: Any = None, device: str = "cpu") -> 
         if _models._spec_of(module) is not None:
             _models.keep_through_copies(module)
     return out
-

@@ -5,8 +5,9 @@ these). Each is stateless and reads the module it replaces the forward of
 ``__init__``, no members but the two flags. They live in an importable
 module so that a kernelized model pickles (a forward is pickled by name)."""
 
-import tierkit_torch
 from torch import nn
+
+import tierkit_torch
 
 
 class RMSNorm(nn.Module):
