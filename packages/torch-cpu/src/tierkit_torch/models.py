@@ -274,6 +274,20 @@ _EPS_ATTRS = ("variance_epsilon", "eps", "epsilon", "variance_eps", "norm_eps")
 _NORM_MODES = (("llama", 0.0), ("gemma", 1.0), ("aten", 0.0), ("llama", 1.0), ("aten", 1.0), ("gemma", 0.0))
 
 
+def _probe_copy(module: Any, d: int, gen: torch.Generator, params: tuple[str, ...]) -> Any:
+    """A float32 copy of `module` whose parameters `params` ([d] each) hold
+    bfloat16 values, so the probe's conversions between dtypes are exact; or
+    why it cannot be copied."""
+    try:
+        probe = copy.deepcopy(module).float()
+    except Exception as e:
+        return f"cannot be copied to probe ({type(e).__name__})"
+    with torch.no_grad():
+        for name in params:
+            getattr(probe, name).copy_((torch.randn(d, generator=gen) * 0.5).bfloat16().float())
+    return probe
+
+
 def _norm_probe(module: Any) -> tuple[str, float, str] | str:
     """(casting mode, offset, eps attribute) when tierkit's rms_norm gives the
     module's own output on probes (random weight, fp32, bfloat16, float32
@@ -292,14 +306,10 @@ def _norm_probe(module: Any) -> tuple[str, float, str] | str:
     if why:
         return why
     d = weight.numel()
-    try:
-        probe = copy.deepcopy(module).float()
-    except Exception as e:
-        return f"cannot be copied to probe ({type(e).__name__})"
     gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        # bfloat16 values: the probe's conversions between dtypes are exact
-        probe.weight.copy_((torch.randn(d, generator=gen) * 0.5).bfloat16().float())
+    probe = _probe_copy(module, d, gen, ("weight",))
+    if isinstance(probe, str):
+        return probe
     x = torch.randn(3, 7, d, generator=gen)
     cases = []  # (weight dtype, x)
     for scale in (1.0, 1e-3):
@@ -364,14 +374,10 @@ def _layer_norm_why(module: Any) -> str | None:
     if why:
         return why
     d = module.normalized_shape[0]
-    try:
-        probe = copy.deepcopy(module).float()
-    except Exception as e:
-        return f"cannot be copied to probe ({type(e).__name__})"
     gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        probe.weight.copy_((torch.randn(d, generator=gen) * 0.5).bfloat16().float())
-        probe.bias.copy_((torch.randn(d, generator=gen) * 0.5).bfloat16().float())
+    probe = _probe_copy(module, d, gen, ("weight", "bias"))
+    if isinstance(probe, str):
+        return probe
     x = torch.randn(3, 7, d, generator=gen) * 2 + 0.5
     try:
         with torch.no_grad():

@@ -234,19 +234,11 @@ def mark(model: torch.nn.Module) -> dict[str, int]:
 ROTARY_FUNC = "rotary_pos_emb"  # the key kernels' use_kernelized_func gives transformers' (its hub name)
 
 
-class _Stock(torch.nn.Module):
+class _Stock(_RotaryFunc):
     """Stands in for a transformers hub function tierkit's layer would get
     wrong: a name no mapping has, so kernelize keeps the stock function."""
 
-    _cls: Any
-
     kernel_layer_name = "tierkit_not_replaceable"
-    has_backward = True
-    can_torch_compile = True
-
-    def __init__(self, attention_cls: type) -> None:
-        super().__init__()
-        self.__dict__["_cls"] = attention_cls
 
     def forward(self, *args, **kwargs):
         return _models.stock_rotary(self._cls)(*args, **kwargs)
