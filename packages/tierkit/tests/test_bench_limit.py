@@ -106,9 +106,14 @@ def test_above_1_05_is_an_error_never_a_result():
     assert "MEASUREMENT ERROR" in limit.fmt_fraction(1.06)
     assert limit.fmt_fraction(0.91) == "0.91"
     assert limit.fmt_fraction(0.5, "L2") == "0.50 (L2)"
+    # Inside the caches the compiled kernel is a reference, not a roof: above it is no error.
+    assert not limit.is_error(1.08, "L2") and limit.above_reference(1.08, "L2")
+    assert limit.is_error(1.08, "memory") and not limit.above_reference(1.08, "memory")
+    assert "MEASUREMENT ERROR" not in limit.fmt_fraction(1.08, "L2")
+    assert "reference, not a roof" in limit.fmt_fraction(1.08, "mixed")
 
 
-def _results(of_limit: float, kernels_fraction: float | None = None) -> dict:
+def _results(of_limit: float, kernels_fraction: float | None = None, kernels_kind: str = "memory") -> dict:
     rows = [
         {"section": "stream", "kernel": "scale", "impl": "bridge out= scale_shift", "op": "scale_shift",
          "store": "tierkit", "threads": 2, "n": 64_000_000, "gbs": 20.0, "regime": "memory",
@@ -118,7 +123,7 @@ def _results(of_limit: float, kernels_fraction: float | None = None) -> dict:
     if kernels_fraction is not None:
         kernel_rows.append(
             {"section": "kernels", "op": "add", "impl": "torch add_out", "dtype": "float32", "threads": 2,
-             "n": 64_000_000, "gbs": 20.0, "fraction_of_limit": kernels_fraction, "limit_kind": "memory",
+             "n": 64_000_000, "gbs": 20.0, "fraction_of_limit": kernels_fraction, "limit_kind": kernels_kind,
              "median_s": 1.0, "min_s": 1.0, "max_s": 1.0}
         )  # fmt: skip
     machine = {"date": "d", "cpu": "c", "cores": 2, "python": "3", "caches": CACHES}
@@ -152,6 +157,17 @@ def test_a_figure_within_its_limit_is_judged_against_the_threshold():
     add = _target(results, "torch add_out add")
     assert add["met"] is False and "error" not in add and add["measured"] == 0.85
     assert _target(results, "no figure above 1.05")["met"] is True
+
+
+def test_a_figure_above_an_in_cache_reference_is_reported_not_an_error():
+    # numpy's add of 1e5 floats ran 1.08 x the compiled kernel in L2 (AVX-512 Xeon): possible there.
+    results = _results(0.93, kernels_fraction=1.08, kernels_kind="L2")
+    rule = _target(results, "no figure above 1.05")
+    assert rule["met"] is True and "error" not in rule and rule["measured"] == 0.93
+    assert "above the compiled kernel" in rule["detail"] and "kernels: torch add_out" in rule["detail"]
+    # the same figure against a memory limit is an error
+    results = _results(0.93, kernels_fraction=1.08)
+    assert _target(results, "no figure above 1.05")["error"] is True
 
 
 def test_the_bench_session_fails_on_a_measurement_error(monkeypatch, tmp_path, capsys):

@@ -197,7 +197,7 @@ def measure(cfg: Config) -> list[dict]:
                 samples = interleaved({**impls, **compiled}, reps, inner)
                 lims = {t: stream.limit_samples(samples, k, t, stores) for t in streams}
                 if not any(
-                    limit.is_error(limit.fraction(lims[t], s.seconds))
+                    limit.is_error(limit.fraction(lims[t], s.seconds), kind)
                     for impl, s in samples.items()
                     if impl not in compiled and (t := threads_of(impl, pool_t, torch_t)) in lims
                 ):
