@@ -96,3 +96,13 @@ def test_export_captures_the_ops(gen):
         "tierkit.mul.default",
     } <= targets, targets
     torch.testing.assert_close(exported.module()(a, b), eager_reference(a, b))
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["bound", "bound-on-first-call"])
+def test_typed_faces_compile_once(late):
+    # Each face read a placeholder that its first call swapped for the overload:
+    # dynamo guarded on the placeholder's __code__, and every compiled model
+    # recompiled on its second call.
+    from tierkit_torch_common.testing import compiled_faces_frames
+
+    assert compiled_faces_frames("tierkit", late) == [1, 1, 1]

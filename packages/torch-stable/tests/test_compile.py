@@ -110,3 +110,13 @@ def test_export_round_trip():
     ep = torch.export.export(M(), (a, a))
     assert any("tierkit_stable" in str(n.target) for n in ep.graph.nodes)
     torch.testing.assert_close(ep.module()(a, a), (a * a) * 2 + 1)
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["bound", "bound-on-first-call"])
+def test_typed_faces_compile_once(late):
+    # Each face read a placeholder that its first call swapped for the overload:
+    # dynamo guarded on the placeholder's __code__, and every compiled model
+    # recompiled on its second call.
+    from tierkit_torch_common.testing import compiled_faces_frames
+
+    assert compiled_faces_frames("tierkit_stable", late) == [1, 1, 1]

@@ -207,12 +207,28 @@ def _bound_on_first_call(
     scope: dict[str, Any], key: str, ops: Any, name: str, overload: str, entry_point: bool = False
 ) -> Callable[..., Any]:
     """`ops.<name>.<overload>` (with `entry_point`: its C entry, ``_op``,
-    where the overload has one), looked up on the first call and then
-    stored in the face's globals."""
+    where the overload has one): bound now where the library is loaded,
+    else looked up on the first eager call and then stored in the face's
+    globals (the JIT build loads the library after import). Never rebound
+    while dynamo traces: it guards on the global it read, and a value
+    swapped under it made every compiled model recompile on its second
+    call (a guard on the placeholder's ``__code__``)."""
+
+    def bind() -> Any:
+        bound = getattr(getattr(ops, name), overload)
+        return getattr(bound, "_op", bound) if entry_point else bound
+
+    try:
+        return bind()
+    except (AttributeError, RuntimeError):
+        pass
 
     def first_call(*args: Any, **kwargs: Any) -> Any:
-        bound = getattr(getattr(ops, name), overload)
-        scope[key] = getattr(bound, "_op", bound) if entry_point else bound
+        import torch
+
+        if torch.compiler.is_dynamo_compiling():
+            return getattr(getattr(ops, name), overload)(*args, **kwargs)
+        scope[key] = bind()
         return scope[key](*args, **kwargs)
 
     return first_call

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tierkit_core.op_table import OPS, find
+from tierkit_core.op_table import OPS, ROW_MAPS, ROW_REDUCTIONS, find
 from tierkit_core.op_testing import TEST_SCALARS, evaluate, scalar_values
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "SCALARS",
     "C",
     "call",
+    "compiled_faces_frames",
     "composite",
     "expected",
     "random_inputs",
@@ -111,3 +112,59 @@ def random_inputs(
         .requires_grad_(requires_grad)
         for _ in range(ARITY[op])
     ]
+
+
+class _LoadedLater:
+    """torch.ops.<ns> as the JIT build's faces see it: no op at the faces'
+    creation (they bind on first call), every op afterwards."""
+
+    def __init__(self, namespace: str) -> None:
+        self._ops = getattr(torch.ops, namespace)
+        self.loaded = False
+
+    def __getattr__(self, name: str) -> Any:
+        if not self.loaded:
+            raise AttributeError(name)
+        return getattr(self._ops, name)
+
+
+def compiled_faces_frames(namespace: str, late: bool) -> list[int]:
+    """Fresh typed faces (pointwise, row reductions with and without casting
+    modes, row maps) over ``torch.ops.<namespace>`` -- bound when made, or,
+    with `late`, made before the ops exist -- called from one compiled
+    function three times: the compiled frames after each call (one graph: a
+    face must not change under dynamo's guards), each result checked
+    against the faces' eager result."""
+    from torch._dynamo.testing import CompileCounter
+
+    from .fake import typed_faces
+    from .row_maps import row_map_faces
+    from .rows import row_faces
+
+    ops = _LoadedLater(namespace) if late else getattr(torch.ops, namespace)
+    faces = {**typed_faces(torch, ops, "t"), **row_faces(ops, "t"), **row_map_faces(ops, "t")}
+    if late:
+        ops.loaded = True
+    gen = torch.Generator().manual_seed(3)
+    x, y, w = (torch.randn(2, 4, 8, generator=gen) for _ in range(3))
+    cos, sin = torch.randn(4, 8, generator=gen), torch.randn(4, 8, generator=gen)
+
+    def run(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
+        out = [faces[e.name](*([x, y, w][: ARITY[e.name]]), *scalar_values(e.name)) for e in OPS]
+        for e in ROW_REDUCTIONS:
+            params = [w[0, 0]] * len(e.params)
+            out.append(faces[e.name](x, *params, eps=1e-6))
+            if e.casting:
+                out.append(faces[e.name](x, *params, eps=1e-6, offset=1.0, casting_mode="gemma"))
+        out += [faces[e.name](x, cos, sin) for e in ROW_MAPS]
+        return out
+
+    want = run(x, y, w)
+    counter = CompileCounter()
+    compiled = torch.compile(run, backend=counter, fullgraph=True)
+    frames = []
+    for _ in range(3):
+        for got, ref in zip(compiled(x, y, w), want):
+            torch.testing.assert_close(got, ref, rtol=0, atol=0)
+        frames.append(counter.frame_count)
+    return frames
