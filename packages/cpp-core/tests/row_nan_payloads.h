@@ -173,23 +173,28 @@ Tally run_kind(int n_params) {
     const auto allowed_t = allowed_nans<T, T>({&x, &res, &dy, &w, &b});
     const auto allowed_c = allowed_nans<C<T>, T>({&x, &res, &dy, &w, &b});
     const C<T> eps = static_cast<C<T>>(1e-5);
+    // The scalar bodies read the parameters in the compute type, as the entry points pass them.
+    std::vector<C<T>> wc(w.size()), bc(b.size());
+    for (std::size_t j = 0; j < w.size(); ++j) wc[j] = tierkit::load_compute(&w[j]);
+    for (std::size_t j = 0; j < b.size(); ++j) bc[j] = tierkit::load_compute(&b[j]);
     for (int params = 0; params < (1 << n_params); ++params) {
       const k::RowParams<T> p{params & 1 ? w.data() : nullptr, params & 2 ? b.data() : nullptr};
+      const k::RowParams<C<T>> pc{params & 1 ? wc.data() : nullptr, params & 2 ? bc.data() : nullptr};
       const std::string at = "d " + std::to_string(d) + " params " + std::to_string(params) + " ";
       const std::size_t n = x.size(), ns = static_cast<std::size_t>(rows * K::kStats);
       std::vector<T> y(n), y_s(n), h(n), h_s(n), dx(n), dx_s(n);
       std::vector<C<T>> st(ns), st_s(ns);
       k::row_forward<K>(x.data(), p, 1e-5, rows, d, y.data(), st.data(), k::PoolRunner{1});
-      Scalar::forward(x.data(), p, eps, d, 0, rows, y_s.data(), st_s.data());
+      Scalar::forward(x.data(), pc, eps, d, 0, rows, y_s.data(), st_s.data());
       all.add(compare(y, y_s, allowed_t, at + "forward y"));
       all.add(compare(st, st_s, allowed_c, at + "forward stats"));
       k::row_backward<K>(dy.data(), x.data(), p, st_s.data(), rows, d, dx.data(), static_cast<C<T>*>(nullptr),
                          static_cast<C<T>*>(nullptr), k::PoolRunner{1});
-      Scalar::backward(dy.data(), x.data(), p, st_s.data(), d, 0, rows, dx_s.data(), nullptr, nullptr);
+      Scalar::backward(dy.data(), x.data(), pc, st_s.data(), d, 0, rows, dx_s.data(), nullptr, nullptr);
       all.add(compare(dx, dx_s, allowed_t, at + "backward dx"));
       k::row_add_forward<K>(x.data(), res.data(), p, 1e-5, rows, d, y.data(), h.data(), st.data(),
                             k::PoolRunner{1});
-      Scalar::add_forward(x.data(), res.data(), p, eps, d, 0, rows, y_s.data(), h_s.data(), st_s.data());
+      Scalar::add_forward(x.data(), res.data(), pc, eps, d, 0, rows, y_s.data(), h_s.data(), st_s.data());
       all.add(compare(h, h_s, allowed_t, at + "add_forward h"));
       all.add(compare(y, y_s, allowed_t, at + "add_forward y"));
       all.add(compare(st, st_s, allowed_c, at + "add_forward stats"));

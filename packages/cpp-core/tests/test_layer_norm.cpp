@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "row_nan_payloads.h"
@@ -72,6 +73,24 @@ std::vector<T> random_vec(std::size_t n, std::uint32_t seed, float mean = 0.f, f
   for (auto& e : v) e = to_t<T>(dist(gen));
   return v;
 }
+
+// Parameters widened to the compute type, as the entry points hand them to
+// the row bodies (row_kernels.h's RowParams): the scalar bodies, called
+// directly, take them so.
+template <typename T>
+struct Widened {
+  std::vector<C<T>> w, b;
+  k::RowParams<C<T>> p;
+  Widened(k::RowParams<T> in, std::int64_t d) {
+    const auto widen = [d](const T* from, std::vector<C<T>>& into) -> const C<T>* {
+      if (!from) return nullptr;
+      into.resize(static_cast<std::size_t>(d));
+      for (std::int64_t j = 0; j < d; ++j) into[static_cast<std::size_t>(j)] = tierkit::load_compute(from + j);
+      return into.data();
+    };
+    p = {widen(in.w, w), widen(in.b, b)};
+  }
+};
 
 struct ReverseChunkRunner {
   std::int64_t chunk = 1;
@@ -218,18 +237,31 @@ TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
     const auto w = random_vec<T>(d, 23), b = random_vec<T>(d, 24);
     for (int params = 0; params < 4; ++params) {
       const k::RowParams<T> p{params & 1 ? w.data() : nullptr, params & 2 ? b.data() : nullptr};
+      const Widened<T> pc(p, d);
       std::vector<T> y(x.size()), y_s(x.size()), dx(x.size()), dx_s(x.size());
       std::vector<C<T>> st(2 * rows), st_s(2 * rows), dw(d), dw_s(d, 0), db(d), db_s(d, 0);
       k::row_forward<k::LayerNorm>(x.data(), p, 1e-5, rows, d, y.data(), st.data(), k::PoolRunner{1});
-      Scalar::forward(x.data(), p, static_cast<C<T>>(1e-5), d, 0, rows, y_s.data(), st_s.data());
+      Scalar::forward(x.data(), pc.p, static_cast<C<T>>(1e-5), d, 0, rows, y_s.data(), st_s.data());
       EXPECT_EQ(as_bits(y), as_bits(y_s)) << "d " << d << " params " << params;
       EXPECT_EQ(as_bits(st), as_bits(st_s)) << "d " << d;
       // One block of rows (rows <= 8), so dw and db are the rows' sums in order.
       if (rows > 8) continue;
       k::row_backward<k::LayerNorm>(dy.data(), x.data(), p, st.data(), rows, d, dx.data(), dw.data(),
                                     db.data(), k::PoolRunner{1});
-      Scalar::backward(dy.data(), x.data(), p, st_s.data(), d, 0, rows, dx_s.data(), dw_s.data(),
+      Scalar::backward(dy.data(), x.data(), pc.p, st_s.data(), d, 0, rows, dx_s.data(), dw_s.data(),
                        db_s.data());
+      // The same call with the parameters in the compute type (a mixed call): the same bits.
+      if (!std::is_same_v<T, C<T>>) {
+        std::vector<T> y_c(x.size()), dx_c(x.size());
+        std::vector<C<T>> st_c(2 * rows), dw_c(d), db_c(d);
+        k::row_forward<k::LayerNorm>(x.data(), pc.p, 1e-5, rows, d, y_c.data(), st_c.data(), k::PoolRunner{1});
+        k::row_backward<k::LayerNorm>(dy.data(), x.data(), pc.p, st.data(), rows, d, dx_c.data(), dw_c.data(),
+                                      db_c.data(), k::PoolRunner{1});
+        EXPECT_EQ(as_bits(y_c), as_bits(y)) << "compute-typed params, d " << d << " params " << params;
+        EXPECT_EQ(as_bits(dx_c), as_bits(dx)) << "compute-typed params, d " << d << " params " << params;
+        EXPECT_EQ(as_bits(dw_c), as_bits(dw)) << "compute-typed params, d " << d;
+        EXPECT_EQ(as_bits(db_c), as_bits(db)) << "compute-typed params, d " << d;
+      }
       EXPECT_EQ(as_bits(dx), as_bits(dx_s)) << "d " << d << " params " << params;
       EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "d " << d;
       EXPECT_EQ(as_bits(db), as_bits(db_s)) << "d " << d;
@@ -276,36 +308,38 @@ TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
     std::vector<C<T>> st(2 * rows), st_s(2 * rows), dw(d), dw_s(d, 0), db(d), db_s(d, 0);
     // LayerNorm: forward, the residual form, backward with every gradient.
     const k::RowParams<T> p{w.data(), b.data()};
+    const Widened<T> pc(p, d);
     k::row_forward<k::LayerNorm>(x.data(), p, 1e-5, rows, d, y.p, st.data(), k::PoolRunner{1});
-    k::detail::LayerNormRows<T>::forward(x.data(), p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
+    k::detail::LayerNormRows<T>::forward(x.data(), pc.p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "layer_norm d " << d;
     k::row_add_forward<k::LayerNorm>(x.data(), r.data(), p, 1e-5, rows, d, y.p, h.p, st.data(),
                                      k::PoolRunner{1});
-    k::detail::LayerNormRows<T>::add_forward(x.data(), r.data(), p, 1e-5, d, 0, rows, y_s.data(), h_s.data(),
-                                             st_s.data());
+    k::detail::LayerNormRows<T>::add_forward(x.data(), r.data(), pc.p, 1e-5, d, 0, rows, y_s.data(),
+                                             h_s.data(), st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_layer_norm d " << d;
     EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_layer_norm h, d " << d;
     k::row_backward<k::LayerNorm>(g.data(), x.data(), p, st.data(), rows, d, dx.p, dw.data(), db.data(),
                                   k::PoolRunner{1});
-    k::detail::LayerNormRows<T>::backward(g.data(), x.data(), p, st_s.data(), d, 0, rows, dx_s.data(),
+    k::detail::LayerNormRows<T>::backward(g.data(), x.data(), pc.p, st_s.data(), d, 0, rows, dx_s.data(),
                                           dw_s.data(), db_s.data());
     EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << "layer_norm dx, d " << d;
     EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "layer_norm dw, d " << d;
     // RMSNorm: the same three forms.
     const k::RowParams<T> pw{w.data(), nullptr};
+    const Widened<T> pwc(pw, d);
     std::fill(dw_s.begin(), dw_s.end(), C<T>(0));
     k::row_forward<k::RmsNorm>(x.data(), pw, 1e-5, rows, d, y.p, st.data(), k::PoolRunner{1});
-    k::detail::RmsNormRows<T>::forward(x.data(), pw, 1e-5, d, 0, rows, y_s.data(), st_s.data());
+    k::detail::RmsNormRows<T>::forward(x.data(), pwc.p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "rms_norm d " << d;
     k::row_add_forward<k::RmsNorm>(x.data(), r.data(), pw, 1e-5, rows, d, y.p, h.p, st.data(),
                                    k::PoolRunner{1});
-    k::detail::RmsNormRows<T>::add_forward(x.data(), r.data(), pw, 1e-5, d, 0, rows, y_s.data(), h_s.data(),
-                                           st_s.data());
+    k::detail::RmsNormRows<T>::add_forward(x.data(), r.data(), pwc.p, 1e-5, d, 0, rows, y_s.data(),
+                                           h_s.data(), st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_rms_norm d " << d;
     EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_rms_norm h, d " << d;
     k::row_backward<k::RmsNorm>(g.data(), x.data(), pw, st.data(), rows, d, dx.p, dw.data(), nullptr,
                                 k::PoolRunner{1});
-    k::detail::RmsNormRows<T>::backward(g.data(), x.data(), pw, st_s.data(), d, 0, rows, dx_s.data(),
+    k::detail::RmsNormRows<T>::backward(g.data(), x.data(), pwc.p, st_s.data(), d, 0, rows, dx_s.data(),
                                         dw_s.data(), nullptr);
     EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << "rms_norm dx, d " << d;
     EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "rms_norm dw, d " << d;

@@ -418,6 +418,50 @@ TYPED_TEST(RmsNorm, AddRmsNorm) {
   }
 }
 
+// casting_mode "llama" (RowParams::round_normalized): y = T(T(x * rstd) * w),
+// bit for bit the norm without a weight, then the product rounded once, in
+// both forms, with the weight in T or in the compute type; at every SIMD
+// level (this suite runs again under TIERKIT_SIMD=avx2 and =baseline).
+TYPED_TEST(RmsNorm, RoundNormalizedIsTheNormThenTheRoundedProduct) {
+  using T = TypeParam;
+  for (const Shape& s : kShapes) {
+    const std::int64_t n = s.rows * s.d;
+    const auto x = random_vec<T>(n, 41 + s.d, 3.f), res = random_vec<T>(n, 42 + s.d);
+    const auto w = random_vec<T>(s.d, 43 + s.d);
+    std::vector<C<T>> wc(static_cast<std::size_t>(s.d));
+    for (std::int64_t j = 0; j < s.d; ++j) wc[j] = tierkit::load_compute(&w[j]);
+    std::vector<T> xhat(n), want(n), h(n), y(n);
+    std::vector<C<T>> rstd(s.rows), rstd_want(s.rows);
+    const auto product = [&](const std::vector<T>& normalized) {
+      for (std::int64_t i = 0; i < n; ++i)
+        tierkit::store_compute(&want[i], tierkit::load_compute(&normalized[i]) * wc[i % s.d]);
+    };
+    rms::rms_norm_forward(x.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, xhat.data(),
+                          rstd_want.data());
+    product(xhat);
+    k::RowParams<T> p{w.data(), nullptr};
+    p.round_normalized = true;
+    k::RowParams<C<T>> pc{wc.data(), nullptr};
+    pc.round_normalized = true;
+    k::row_forward<k::RmsNorm>(x.data(), p, 1e-6, s.rows, s.d, y.data(), rstd.data());
+    EXPECT_TRUE(same_bits(y, want)) << "d " << s.d;
+    EXPECT_TRUE(same_bits(rstd, rstd_want)) << "d " << s.d;
+    std::fill(y.begin(), y.end(), T{});
+    k::row_forward<k::RmsNorm>(x.data(), pc, 1e-6, s.rows, s.d, y.data(), rstd.data());
+    EXPECT_TRUE(same_bits(y, want)) << "compute-typed weight, d " << s.d;
+    // The fused residual form: h = T(x + residual), then the same on h.
+    std::vector<T> h_want(n);
+    for (std::int64_t i = 0; i < n; ++i)
+      tierkit::store_compute(&h_want[i], tierkit::load_compute(&x[i]) + tierkit::load_compute(&res[i]));
+    rms::rms_norm_forward(h_want.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, xhat.data(),
+                          rstd_want.data());
+    product(xhat);
+    k::row_add_forward<k::RmsNorm>(x.data(), res.data(), p, 1e-6, s.rows, s.d, y.data(), h.data(), rstd.data());
+    EXPECT_TRUE(same_bits(h, h_want)) << "d " << s.d;
+    EXPECT_TRUE(same_bits(y, want)) << "add, d " << s.d;
+  }
+}
+
 TYPED_TEST(RmsNorm, InPlaceForward) {
   using T = TypeParam;
   const std::int64_t rows = 4, d = 100;

@@ -41,6 +41,8 @@ Params<P> contiguous(const Params<P>& params) {
   return out;
 }
 
+// The kernel's parameters, of element type T: x's dtype, or x's compute
+// type where the call mixes dtypes (MixedRows: converted to it, d elements).
 template <typename T, std::size_t P>
 tierkit::kernels::RowParams<T> row_params(const Params<P>& params) {
   tierkit::kernels::RowParams<T> p;
@@ -55,6 +57,16 @@ T* data(const at::Tensor& t) {
   return static_cast<T*>(t.mutable_data_ptr());
 }
 
+// Calls f(row_params<T or compute_t<T>>(params)): the parameters in x's dtype, or, in a
+// mixed call, in its compute type (params already converted by MixedRows::in).
+template <typename T, std::size_t P, typename F>
+void with_params(const MixedRows& mixed, const Params<P>& params, const F& f) {
+  if (mixed.active)
+    f(row_params<tierkit::compute_t<T>>(params));
+  else
+    f(row_params<T>(params));
+}
+
 template <typename E>
 struct CpuRows {
   using Entry = E;
@@ -66,20 +78,23 @@ struct CpuRows {
   static std::tuple<at::Tensor, at::Tensor> forward_as(const char* op, const at::Tensor& x_in,
                                                        const Ps& params_in, double eps) {
     check_rows<E>(op, x_in, params_in, kCpu);
-    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+    const MixedRows mixed(x_in, params_in);
+    if (mixed.converts_x()) {
       auto [y, stats] = forward_as(op, mixed.in(x_in), mixed.in(params_in), eps);
       return {mixed.result(y), mixed.stats_out(stats)};
     }
     const Rows r = rows_of(x_in);
     const at::Tensor x = x_in.contiguous();
-    const Ps params = contiguous(params_in);
+    const Ps params = contiguous(mixed.active ? mixed.in(params_in) : params_in);
     at::Tensor y = fresh_like(x);
     at::Tensor stats = at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)));
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
       using C = tierkit::compute_t<T>;
-      tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), row_params<T>(params), eps,
-                                       r.rows, r.d, data<T>(y), data<C>(stats), AtenRowRunner{});
+      with_params<T>(mixed, params, [&](auto p) {
+        tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), p, eps, r.rows, r.d,
+                                         data<T>(y), data<C>(stats), AtenRowRunner{});
+      });
     });
     return {y, stats};
   }
@@ -99,7 +114,8 @@ struct CpuRows {
     check_like(op, grad_in, "grad", x_in, "x");
     check_stats<E>(op, stats_in, x_in, r);
     std::array<at::Tensor, P + 1> out;
-    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+    const MixedRows mixed(x_in, params_in);
+    if (mixed.converts_x()) {
       const auto wide = tuple_to_array(
           backward(mixed.in(grad_in), mixed.in(x_in), mixed.in(params_in), mixed.stats_in(stats_in)));
       out[0] = mixed.result(wide[0]);
@@ -108,7 +124,7 @@ struct CpuRows {
       return tuple_of(out);
     }
     const at::Tensor x = x_in.contiguous(), grad = grad_in.contiguous(), stats = stats_in.contiguous();
-    const Ps params = contiguous(params_in);
+    const Ps params = contiguous(mixed.active ? mixed.in(params_in) : params_in);
     out[0] = fresh_like(x);
     std::array<at::Tensor, P> acc;  // accumulated in the compute type, then cast to the parameter's dtype
     for (std::size_t i = 0; i < P; ++i)
@@ -119,14 +135,17 @@ struct CpuRows {
       C* dp[2] = {nullptr, nullptr};
       for (std::size_t i = 0; i < P; ++i)
         if (acc[i].defined()) dp[i] = data<C>(acc[i]);
-      tierkit::kernels::row_backward<K>(static_cast<const T*>(grad.const_data_ptr()),
-                                        static_cast<const T*>(x.const_data_ptr()), row_params<T>(params),
-                                        static_cast<const C*>(stats.const_data_ptr()), r.rows, r.d,
-                                        data<T>(out[0]), dp[0], dp[1], AtenRowRunner{});
+      with_params<T>(mixed, params, [&](auto p) {
+        tierkit::kernels::row_backward<K>(static_cast<const T*>(grad.const_data_ptr()),
+                                          static_cast<const T*>(x.const_data_ptr()), p,
+                                          static_cast<const C*>(stats.const_data_ptr()), r.rows, r.d,
+                                          data<T>(out[0]), dp[0], dp[1], AtenRowRunner{});
+      });
     });
-    // An absent parameter: an empty gradient (the schema returns a Tensor, never None).
+    // Each gradient in its input's dtype; an absent parameter: an empty
+    // gradient (the schema returns a Tensor, never None).
     for (std::size_t i = 0; i < P; ++i)
-      out[i + 1] = acc[i].defined() ? acc[i].to(params[i]->scalar_type()) : at::empty({0}, x.options());
+      out[i + 1] = acc[i].defined() ? acc[i].to(params_in[i]->scalar_type()) : at::empty({0}, x.options());
     return tuple_of(out);
   }
 
@@ -136,7 +155,8 @@ struct CpuRows {
                                 const Ps& params_in, double eps, const at::Tensor& h_out) {
     check_rows<E>(op, x_in, params_in, kCpu);
     check_like(op, residual_in, "residual", x_in, "x");
-    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+    const MixedRows mixed(x_in, params_in);
+    if (mixed.converts_x()) {
       const at::Tensor h = at::add(x_in, residual_in);  // rounded to the dtype, as the fused pass rounds it
       at::Tensor y = std::get<0>(forward_as(op, h, params_in, eps));
       h_out.copy_(h);
@@ -144,7 +164,7 @@ struct CpuRows {
     }
     const Rows r = rows_of(x_in);
     const at::Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
-    const Ps params = contiguous(params_in);
+    const Ps params = contiguous(mixed.active ? mixed.in(params_in) : params_in);
     at::Tensor y = fresh_like(x);
     at::Tensor stats = at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)));
     // A non-contiguous h_out (the in-place form's residual) is written through a contiguous temporary.
@@ -152,9 +172,11 @@ struct CpuRows {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
       using C = tierkit::compute_t<T>;
-      tierkit::kernels::row_add_forward<K>(
-          static_cast<const T*>(x.const_data_ptr()), static_cast<const T*>(residual.const_data_ptr()),
-          row_params<T>(params), eps, r.rows, r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
+      with_params<T>(mixed, params, [&](auto p) {
+        tierkit::kernels::row_add_forward<K>(static_cast<const T*>(x.const_data_ptr()),
+                                             static_cast<const T*>(residual.const_data_ptr()), p, eps, r.rows,
+                                             r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
+      });
     });
     if (!h.is_same(h_out)) h_out.copy_(h);
     return y;

@@ -45,9 +45,16 @@ struct RmsNormRows {
     return C(1) / std::sqrt(sum_sq / static_cast<C>(d) + eps);
   }
 
-  // y = (x * rstd) * w, rounded once.
-  TIERKIT_ROW_INLINE static void scale(const T* x, const T* w, C rstd, std::int64_t d, T* y) {
-    if (w) {
+  // y = (x * rstd) * w, rounded once; with `round` (casting_mode "llama"),
+  // y = T(T(x * rstd) * w): x-hat rounded to T first.
+  TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C rstd, std::int64_t d, T* y,
+                                       bool round = false) {
+    if (w && round) {
+      for (std::int64_t j = 0; j < d; ++j) {
+        T xh;
+        store_compute(y + j, store_rounded(&xh, load_compute(x + j) * rstd) * w[j]);
+      }
+    } else if (w) {
       TIERKIT_VECTORIZE_LOOP
       for (std::int64_t j = 0; j < d; ++j)
         store_compute(y + j, (load_compute(x + j) * rstd) * load_compute(w + j));
@@ -57,9 +64,9 @@ struct RmsNormRows {
     }
   }
 
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, C eps, std::int64_t d, std::int64_t lo,
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, C* rstd) {
-    const T* w = p.w;
+    const C* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const C ss = lane_sum_of<C>(d, [xr](std::int64_t j) TIERKIT_ROW_LAMBDA {
@@ -68,14 +75,14 @@ struct RmsNormRows {
       });
       const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(xr, w, rs, d, y + r * d);
+      scale(xr, w, rs, d, y + r * d, p.round_normalized);
     }
   }
 
   // h = T(x + residual) (h may be residual), then forward on h.
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<T> p, C eps, std::int64_t d,
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd) {
-    const T* w = p.w;
+    const C* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const T* rr = res + r * d;
@@ -97,16 +104,16 @@ struct RmsNormRows {
           });
       const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(hr, w, rs, d, y + r * d);
+      scale(hr, w, rs, d, y + r * d, p.round_normalized);
     }
   }
 
   // Rows [lo, hi): dx (if non-null), and dw's partial sums added into dwp
   // (if non-null) row by row; no bias, so no dbp.
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<T> p, const C* rstd,
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* rstd,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
                                           C*) {
-    const T* w = p.w;
+    const C* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const T* gr = dy + r * d;
@@ -164,11 +171,23 @@ struct RmsNormRowsVec {
   TIERKIT_ROW_INLINE static V ld(const T* p) { return load_lanes<W>(p); }
 
   // y = (x * rstd) * w (y may be x: a block is read before it is written);
-  // w in float (ParamFloats).
+  // w in float (RowParams arrive in the compute type).
   TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, float rs, std::int64_t d, T* y,
-                                       bool stream = false) {
+                                       bool stream = false, bool round = false) {
     const V r = splat<W>(rs);
-    if (w) {
+    if (w && round) {  // y = T(T(x * rstd) * w), as RmsNormRows::scale
+      vec_each<W>(
+          d,
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            alignas(64) T xh[W::kLanes];
+            store_lanes<W>(xh, ld(x + j) * r);
+            store_lanes<W>(y + j, ld(xh) * load_lanes<W>(w + j), stream);
+          },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            T xh;
+            store_compute(y + j, store_rounded(&xh, load_compute(x + j) * rs) * w[j]);
+          });
+    } else if (w) {
       vec_each<W>(
           d,
           [&](std::int64_t j)
@@ -181,9 +200,9 @@ struct RmsNormRowsVec {
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_compute(y + j, load_compute(x + j) * rs); });
     }
   }
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, float eps, std::int64_t d,
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
                                          std::int64_t lo, std::int64_t hi, T* y, float* rstd, bool stream) {
-    const ParamFloats<W, T> w(p.w, d);
+    const float* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const float ss = vec_sum<W>(
@@ -198,16 +217,16 @@ struct RmsNormRowsVec {
           });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(xr, w.get(), rs, d, y + r * d, stream);
+      scale(xr, w, rs, d, y + r * d, stream, p.round_normalized);
     }
     if (stream) _mm_sfence();
   }
   // h = T(x + residual) a block at a time (h may be residual: both inputs of
   // a block are read before its h is written), the sum over h as rounded.
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<T> p, float eps,
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
                                              std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
                                              float* rstd, bool stream) {
-    const ParamFloats<W, T> w(p.w, d);
+    const float* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
@@ -224,17 +243,17 @@ struct RmsNormRowsVec {
           });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(hr, w.get(), rs, d, y + r * d, stream);
+      scale(hr, w, rs, d, y + r * d, stream, p.round_normalized);
     }
     if (stream) _mm_sfence();
   }
   // RmsNormRows::backward's arithmetic: the dot's terms, then dx (which may
   // be dy or x: a block's inputs are read before its dx is written) and dw's
   // partial sums.
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<T> p, const float* rstd,
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* rstd,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
                                           float*, bool stream) {
-    const T* w = p.w;
+    const float* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
       const float rs = rstd[r];
@@ -251,7 +270,7 @@ struct RmsNormRowsVec {
           w ? vec_sum<W>(
                   d,
                   [&](std::int64_t j)
-                      TIERKIT_ROW_LAMBDA { return (ld(gr + j) * ld(w + j)) * (ld(xr + j) * R); },
+                      TIERKIT_ROW_LAMBDA { return (ld(gr + j) * load_lanes<W>(w + j)) * (ld(xr + j) * R); },
                   [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
                     return (load_compute(gr + j) * load_compute(w + j)) * (load_compute(xr + j) * rs);
                   })
@@ -267,7 +286,7 @@ struct RmsNormRowsVec {
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             const V g0 = ld(gr + j), xh = ld(xr + j) * R;
             if (dwp) add_lanes<W>(dwp + j, g0 * xh);
-            store_lanes<W>(dxr + j, w ? (g0 * ld(w + j) - xh * Cv) * R : (g0 - xh * Cv) * R, stream);
+            store_lanes<W>(dxr + j, w ? (g0 * load_lanes<W>(w + j) - xh * Cv) * R : (g0 - xh * Cv) * R, stream);
           },
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             const float g0 = load_compute(gr + j), xh = load_compute(xr + j) * rs;
@@ -321,14 +340,14 @@ struct LayerNormRows {
   }
 
   // x-hat's affine map, as scale computes it: x-hat * w + b, each if given.
-  TIERKIT_ROW_INLINE static C affine(C xh, const T* w, const T* b, std::int64_t j) {
+  TIERKIT_ROW_INLINE static C affine(C xh, const C* w, const C* b, std::int64_t j) {
     if (w) xh = xh * load_compute(w + j);
     if (b) xh = xh + load_compute(b + j);
     return xh;
   }
 
-  TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<T> p, C mean, C rs, std::int64_t d, T* y) {
-    const T *w = p.w, *b = p.b;
+  TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<C> p, C mean, C rs, std::int64_t d, T* y) {
+    const C *w = p.w, *b = p.b;
     if (w && b) {
       TIERKIT_VECTORIZE_LOOP
       for (std::int64_t j = 0; j < d; ++j)
@@ -347,7 +366,7 @@ struct LayerNormRows {
     }
   }
 
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, C eps, std::int64_t d, std::int64_t lo,
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, C* stats) {
     for (std::int64_t r = lo; r < hi; ++r) {
       C* s = stats + 2 * r;
@@ -358,7 +377,7 @@ struct LayerNormRows {
 
   // h = T(x + residual) row by row (h may be residual: element j reads only
   // element j), then forward on the row of h while it is in cache.
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<T> p, C eps, std::int64_t d,
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
@@ -369,16 +388,16 @@ struct LayerNormRows {
     }
   }
 
-  TIERKIT_ROW_INLINE static C g_of(const T* gr, const T* w, std::int64_t j) {
+  TIERKIT_ROW_INLINE static C g_of(const T* gr, const C* w, std::int64_t j) {
     return w ? load_compute(gr + j) * load_compute(w + j) : load_compute(gr + j);
   }
 
   // Rows [lo, hi): dx (if non-null); dw's and db's partial sums added into
   // dwp and dbp (each if non-null) row by row.
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<T> p, const C* stats,
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* stats,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
                                           C* dbp) {
-    const T* w = p.w;
+    const C* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
       const C mean = stats[2 * r], rs = stats[2 * r + 1];
@@ -447,7 +466,7 @@ struct LayerNormRowsVec {
   }
 
   // y = ((x - mean) * rstd) * w + b (y may be x); w and b in float
-  // (ParamFloats).
+  // (RowParams arrive in the compute type).
   TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, const float* b, float mean, float rs,
                                        std::int64_t d, T* y, bool stream) {
     const V M = splat<W>(mean), R = splat<W>(rs);
@@ -486,20 +505,19 @@ struct LayerNormRowsVec {
     }
   }
 
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<T> p, float eps, std::int64_t d,
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
                                          std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
-    const ParamFloats<W, T> w(p.w, d), b(p.b, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       float* s = stats + 2 * r;
       moments(x + r * d, d, eps, s);
-      scale(x + r * d, w.get(), b.get(), s[0], s[1], d, y + r * d, stream);
+      scale(x + r * d, p.w, p.b, s[0], s[1], d, y + r * d, stream);
     }
     if (stream) _mm_sfence();
   }
 
   // h = T(x + residual) row by row (h may be residual: a block's inputs are
   // read before its h is written), then forward on the row of h in cache.
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<T> p, float eps,
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
                                              std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
                                              float* stats, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
@@ -513,17 +531,17 @@ struct LayerNormRowsVec {
     }
   }
 
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<T> p, const float* stats,
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* stats,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
                                           float* dbp, bool stream) {
-    const T* w = p.w;
+    const float* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
       const float mean = stats[2 * r], rs = stats[2 * r + 1];
       const V M = splat<W>(mean), R = splat<W>(rs);
       const auto xh_of = [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return (ld(xr + j) - M) * R; };
       const auto g_of = [&](std::int64_t j)
-                            TIERKIT_ROW_LAMBDA { return w ? ld(gr + j) * ld(w + j) : ld(gr + j); };
+                            TIERKIT_ROW_LAMBDA { return w ? ld(gr + j) * load_lanes<W>(w + j) : ld(gr + j); };
       if (dwp || dbp) {
         vec_each<W>(
             d,

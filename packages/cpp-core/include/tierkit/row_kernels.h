@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -41,11 +42,21 @@
 
 namespace tierkit::kernels {
 
-// A row's per-column parameters (either may be null: absent).
-template <typename T>
+// A row's per-column parameters (either may be null: absent), of element
+// type P. The entry points (row_forward, row_add_forward, row_backward) take
+// them in x's dtype T or in its compute type compute_t<T> (float32 weights
+// beside bfloat16 activations: a mixed-precision model, or a casting mode's
+// weight + offset in float), and the row bodies always read them in the
+// compute type: 16-bit parameters are widened once per call (exact), so
+// both forms give the same bits and a 16-bit x is never converted.
+template <typename P>
 struct RowParams {
-  const T* w = nullptr;  // weight: multiplies
-  const T* b = nullptr;  // bias: adds
+  const P* w = nullptr;  // weight: multiplies
+  const P* b = nullptr;  // bias: adds
+  // x-hat rounded to x's dtype before the weight multiplies it (HF Llama's
+  // `weight * hidden.to(input_dtype)`: casting_mode "llama" with a weight of
+  // x's dtype), the product then rounded once more. Kinds without it ignore it.
+  bool round_normalized = false;
 };
 
 namespace detail {
@@ -407,41 +418,6 @@ TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& 
   for (; j < d; ++j) one(j);
 }
 
-// A row parameter (weight, bias) as the vector rows read it: float as
-// given; a 16-bit one widened to float once per call of a row body, not once
-// a row (a stack buffer up to kParamStage elements, else the heap). The
-// widening is exact, so the results are the same.
-inline constexpr std::int64_t kParamStage = 4096;
-template <typename W, typename T>
-class ParamFloats {
- public:
-  TIERKIT_ROW_INLINE ParamFloats(const T* p, std::int64_t d) {
-    if constexpr (std::is_same_v<T, float>) {
-      p_ = p;
-    } else {
-      if (!p) return;
-      float* out =
-          d <= kParamStage ? stage_ : (heap_.reset(new float[static_cast<std::size_t>(d)]), heap_.get());
-      vec_each<W>(
-          d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            const typename W::F v = load_lanes<W>(p + j);
-            __builtin_memcpy(out + j, &v, sizeof(v));
-          },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA { out[j] = load_compute(p + j); });
-      p_ = out;
-    }
-  }
-  ParamFloats(const ParamFloats&) = delete;
-  ParamFloats& operator=(const ParamFloats&) = delete;
-  TIERKIT_ROW_INLINE const float* get() const { return p_; }
-
- private:
-  const float* p_ = nullptr;
-  std::unique_ptr<float[]> heap_;
-  alignas(64) float stage_[std::is_same_v<T, float> ? 1 : kParamStage];
-};
-
 // The widths: their vector types and float16 converters (kernels.h's; their
 // target is the row_vec_* functions' below).
 #define TIERKIT_ROW_WIDTH(NAME, LANES, SUFFIX)    \
@@ -530,17 +506,17 @@ TIERKIT_ROW_COPIES(backward)
 // vector rows write their output (y, dx; not h, which the row reads back)
 // with non-temporal stores (row_streams).
 template <typename K, typename T>
-void forward_rows(const T* x, RowParams<T> p, compute_t<T> eps, std::int64_t d, std::int64_t lo,
+void forward_rows(const T* x, RowParams<compute_t<T>> p, compute_t<T> eps, std::int64_t d, std::int64_t lo,
                   std::int64_t hi, T* y, compute_t<T>* stats, bool stream) {
   TIERKIT_ROW_DISPATCH(forward, K, T, x, p, eps, d, lo, hi, y, stats);
 }
 template <typename K, typename T>
-void add_forward_rows(const T* x, const T* res, RowParams<T> p, compute_t<T> eps, std::int64_t d,
+void add_forward_rows(const T* x, const T* res, RowParams<compute_t<T>> p, compute_t<T> eps, std::int64_t d,
                       std::int64_t lo, std::int64_t hi, T* y, T* h, compute_t<T>* stats, bool stream) {
   TIERKIT_ROW_DISPATCH(add_forward, K, T, x, res, p, eps, d, lo, hi, y, h, stats);
 }
 template <typename K, typename T>
-void backward_rows(const T* dy, const T* x, RowParams<T> p, const compute_t<T>* stats, std::int64_t d,
+void backward_rows(const T* dy, const T* x, RowParams<compute_t<T>> p, const compute_t<T>* stats, std::int64_t d,
                    std::int64_t lo, std::int64_t hi, T* dx, compute_t<T>* dwp, compute_t<T>* dbp,
                    bool stream) {
   TIERKIT_ROW_DISPATCH(backward, K, T, dy, x, p, stats, d, lo, hi, dx, dwp, dbp);
@@ -620,13 +596,39 @@ class ParamAsCalled {
   std::unique_ptr<T[]> copy_;
 };
 
-// Both parameters as called.
-template <typename T>
-struct ParamsAsCalled {
-  ParamAsCalled<T> w, b;
-  ParamsAsCalled(RowParams<T> p, std::int64_t d, Spans outputs) : w(p.w, d, outputs), b(p.b, d, outputs) {}
-  RowParams<T> get() const { return {w.get(), b.get()}; }
+// Both parameters as every row reads them: as called (ParamAsCalled), in
+// the compute type C. Parameters of another type than C (16-bit ones) are
+// widened here, before any row runs: the widened copies are as called.
+template <typename C, typename P>
+class ParamsInCompute {
+ public:
+  ParamsInCompute(RowParams<P> p, std::int64_t d, Spans outputs) {
+    if constexpr (std::is_same_v<P, C>) {
+      w_.emplace(p.w, d, outputs);
+      b_.emplace(p.b, d, outputs);
+      p_ = {w_->get(), b_->get()};
+    } else {
+      p_ = {widen(p.w, d, wide_w_), widen(p.b, d, wide_b_)};
+    }
+    p_.round_normalized = p.round_normalized;
+  }
+  RowParams<C> get() const { return p_; }
+
+ private:
+  static const C* widen(const P* p, std::int64_t d, std::unique_ptr<C[]>& into) {
+    if (!p) return nullptr;
+    into.reset(new C[static_cast<std::size_t>(std::max<std::int64_t>(d, 1))]);
+    for (std::int64_t j = 0; j < d; ++j) into[j] = static_cast<C>(load_compute(p + j));
+    return into.get();
+  }
+  std::optional<ParamAsCalled<C>> w_, b_;
+  std::unique_ptr<C[]> wide_w_, wide_b_;
+  RowParams<C> p_;
 };
+
+// The parameter types an entry point takes: x's dtype or its compute type.
+template <typename T, typename P>
+inline constexpr bool kRowParamType = std::is_same_v<P, T> || std::is_same_v<P, compute_t<T>>;
 
 template <typename T>
 std::size_t span_bytes(std::int64_t rows, std::int64_t d) {
@@ -639,14 +641,15 @@ std::size_t span_bytes(std::int64_t rows, std::int64_t d) {
 // null); stats[rows * K::kStats] saved for backward. y may be x exactly; the
 // parameters may lie anywhere (read as they were at the call, even where
 // they lie in y or stats).
-template <typename K, typename T, typename Runner = PoolRunner>
-void row_forward(const T* x, RowParams<T> p_in, double eps, std::int64_t rows, std::int64_t d, T* y,
+template <typename K, typename T, typename P, typename Runner = PoolRunner>
+void row_forward(const T* x, RowParams<P> p_in, double eps, std::int64_t rows, std::int64_t d, T* y,
                  compute_t<T>* stats, const Runner& run = {}) {
+  static_assert(detail::kRowParamType<T, P>, "row parameters: x's dtype or its compute type");
   using C = compute_t<T>;
   const C e = static_cast<C>(eps);
-  const detail::ParamsAsCalled<T> params(
+  const detail::ParamsInCompute<C, P> params(
       p_in, d, {{y, detail::span_bytes<T>(rows, d)}, {stats, detail::span_bytes<C>(rows, K::kStats)}});
-  const RowParams<T> p = params.get();
+  const RowParams<C> p = params.get();
   const bool stream = detail::row_streams(y, rows, d, 2);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
     detail::forward_rows<K, T>(x, p, e, d, lo, hi, y, stats, stream);
@@ -656,15 +659,16 @@ void row_forward(const T* x, RowParams<T> p_in, double eps, std::int64_t rows, s
 // h = x + residual rounded to T (h_out may be residual exactly), then K's
 // forward of h: one pass over x and residual per row. The parameters may lie
 // anywhere, h_out included (read as they were at the call).
-template <typename K, typename T, typename Runner = PoolRunner>
-void row_add_forward(const T* x, const T* residual, RowParams<T> p_in, double eps, std::int64_t rows,
+template <typename K, typename T, typename P, typename Runner = PoolRunner>
+void row_add_forward(const T* x, const T* residual, RowParams<P> p_in, double eps, std::int64_t rows,
                      std::int64_t d, T* y, T* h_out, compute_t<T>* stats, const Runner& run = {}) {
+  static_assert(detail::kRowParamType<T, P>, "row parameters: x's dtype or its compute type");
   using C = compute_t<T>;
   const C e = static_cast<C>(eps);
   const std::size_t out_bytes = detail::span_bytes<T>(rows, d);
-  const detail::ParamsAsCalled<T> params(
+  const detail::ParamsInCompute<C, P> params(
       p_in, d, {{y, out_bytes}, {h_out, out_bytes}, {stats, detail::span_bytes<C>(rows, K::kStats)}});
-  const RowParams<T> p = params.get();
+  const RowParams<C> p = params.get();
   const bool stream = detail::row_streams(y, rows, d, 4);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
     detail::add_forward_rows<K, T>(x, residual, p, e, d, lo, hi, y, h_out, stats, stream);
@@ -675,15 +679,16 @@ void row_add_forward(const T* x, const T* residual, RowParams<T> p_in, double ep
 // overwritten, in compute_t<T>; the caller rounds them) of K's forward, from
 // its stats. The parameters may lie in dx, dw or db (read as they were at
 // the call).
-template <typename K, typename T, typename Runner = PoolRunner>
-void row_backward(const T* dy, const T* x, RowParams<T> p_in, const compute_t<T>* stats, std::int64_t rows,
+template <typename K, typename T, typename P, typename Runner = PoolRunner>
+void row_backward(const T* dy, const T* x, RowParams<P> p_in, const compute_t<T>* stats, std::int64_t rows,
                   std::int64_t d, T* dx, compute_t<T>* dw, compute_t<T>* db, const Runner& run = {}) {
+  static_assert(detail::kRowParamType<T, P>, "row parameters: x's dtype or its compute type");
   using C = compute_t<T>;
   const std::size_t grad_bytes = detail::span_bytes<C>(1, d);
-  const detail::ParamsAsCalled<T> params(
+  const detail::ParamsInCompute<C, P> params(
       p_in, d,
       {{dx, dx ? detail::span_bytes<T>(rows, d) : 0}, {dw, dw ? grad_bytes : 0}, {db, db ? grad_bytes : 0}});
-  const RowParams<T> p = params.get();
+  const RowParams<C> p = params.get();
   const bool stream = detail::row_streams(dx, rows, d, 3);
   if (!dw && !db) {
     if (!dx) return;

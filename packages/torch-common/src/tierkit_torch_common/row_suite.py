@@ -46,6 +46,7 @@ __all__ = [
     "test_gradients_as_accurate_as_aten",
     "test_opcheck",
     "test_parameters_of_another_dtype_as_aten",
+    "test_parameters_of_another_dtype_give_the_widened_calls_bits",
     "test_vmap_fused_add_in_place",
     "test_vmap_over_batched_parameters_rounds_once",
     "test_vmap_without_fallback",
@@ -156,6 +157,46 @@ def test_parameters_of_another_dtype_as_aten(ops, entry, xd, pd, gen):
         torch.testing.assert_close(m, w, rtol=2e-2 if small else 1e-5, atol=1e-2 if small else 1e-6)
     if xd in (torch.float16, torch.bfloat16) and pd == torch.float32:  # the case aten's kernels take as is
         torch.testing.assert_close(ours, aten(entry, x, params, 1e-5))
+
+
+# x's dtype, the parameters' (one each, or a pair for weight and bias).
+MIXED_BITS = [
+    (torch.bfloat16, (torch.float32, torch.float32)),
+    (torch.float16, (torch.float32, torch.float32)),
+    (torch.bfloat16, (torch.bfloat16, torch.float32)),
+    (torch.float32, (torch.bfloat16, torch.float16)),
+]
+
+
+@ENTRIES
+@pytest.mark.parametrize(
+    ("xd", "pds"), MIXED_BITS, ids=[f"{a}-x-{'-'.join(map(str, b))}-params" for a, b in MIXED_BITS]
+)
+def test_parameters_of_another_dtype_give_the_widened_calls_bits(ops, entry, xd, pds, gen):
+    # A mixed call is the call on x and the parameters in the compute type,
+    # rounded to x's dtype (each gradient to its input's), bit for bit: the
+    # CPU kernels take the parameters in the compute type beside x as it is
+    # (one pass), the other kernels convert; both must give these bits.
+    # Rows of 4100: a tail after the vector blocks.
+    x = make((9, 4100), xd, gen).requires_grad_()
+    params = [p.to(pd).detach().requires_grad_() for p, pd in zip(make_params(entry, 4100, torch.float64, gen), pds)]
+    c = torch.float32
+    xc = x.detach().to(c).requires_grad_()
+    pc = [p.detach().to(c).requires_grad_() for p in params]
+    ours = op(ops, entry)(x, *params, 1e-5)
+    want = op(ops, entry)(xc, *pc, 1e-5)
+    assert ours.dtype == xd and torch.equal(ours, want.to(xd))
+    g = make((9, 4100), xd, gen, 1.0)
+    mine = torch.autograd.grad(ours, (x, *params), g)
+    wide = torch.autograd.grad(want, (xc, *pc), g.to(c))
+    for m, w, t in zip(mine, wide, (x, *params)):
+        assert m.dtype == t.dtype and torch.equal(m, w.to(t.dtype))
+    if entry.fused_add:
+        r = make((9, 4100), xd, gen)
+        y, h = op(ops, entry, entry.add_name)(x.detach(), r, *[p.detach() for p in params], 1e-5)
+        h_want = x.detach() + r
+        assert torch.equal(h, h_want)
+        assert torch.equal(y, op(ops, entry)(h_want.to(c), *[p.detach().to(c) for p in params], 1e-5).to(xd))
 
 
 @ENTRIES

@@ -103,6 +103,12 @@ struct MixedRows {
     }
     compute = wide ? at::kDouble : at::kFloat;
   }
+  // Whether x itself must be converted: only where a double parameter
+  // makes the compute type double for a float or 16-bit x. Core's CPU rows
+  // otherwise take the parameters in x's compute type beside x as it is
+  // (row_kernels.h's RowParams), so bfloat16 x with float32 weights is one
+  // pass; the CUDA kernels take one dtype and convert (in, result).
+  bool converts_x() const { return active && compute == at::kDouble && x_dtype != at::kDouble; }
   at::Tensor in(const at::Tensor& t) const { return t.to(compute); }
   template <std::size_t P>
   Params<P> in(const Params<P>& params) const {
