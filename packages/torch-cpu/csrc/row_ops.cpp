@@ -14,6 +14,7 @@
 #include <optional>
 #include <tuple>
 
+#include "round_normalized.h"
 #include "tierkit/row_functors.h"
 #include "tierkit_torch/rows.h"
 #include "view.h"
@@ -197,7 +198,52 @@ struct CpuRows {
   }
 };
 
+template <typename K>
+std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x_in, const at::Tensor& residual_in,
+                                                         const at::Tensor& h_out, const at::Tensor& w_in,
+                                                         double eps) {
+  const Rows r = rows_of(x_in);
+  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  at::Tensor y = fresh_like(x);
+  at::Tensor stats = at::empty(stats_shape(x, K::kStats), x.options().dtype(stats_dtype(x)));
+  at::Tensor h;
+  if (residual_in.defined()) h = h_out.defined() && h_out.is_contiguous() ? h_out : fresh_like(x);
+  dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    using C = tierkit::compute_t<T>;
+    tierkit::kernels::RowParams<T> p{static_cast<const T*>(w.const_data_ptr()), nullptr};
+    p.round_normalized = true;
+    if (!residual_in.defined()) {
+      tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), p, eps, r.rows, r.d,
+                                       data<T>(y), data<C>(stats), AtenRowRunner{});
+      return;
+    }
+    const at::Tensor residual = residual_in.contiguous();
+    tierkit::kernels::row_add_forward<K>(static_cast<const T*>(x.const_data_ptr()),
+                                         static_cast<const T*>(residual.const_data_ptr()), p, eps, r.rows, r.d,
+                                         data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
+  });
+  if (h.defined() && h_out.defined()) {
+    if (h.is_same(h_out))
+      h_out.unsafeGetTensorImpl()->bump_version();  // written in place below the dispatcher: autograd must see it
+    else
+      h_out.copy_(h);
+    h = h_out;
+  }
+  return {y, h};
+}
+
 }  // namespace
+
+#define TIERKIT_ROUND_NORMALIZED(NAME, FUNCTOR, PARAMS, STATS)                                                  \
+  template <>                                                                                                  \
+  std::tuple<at::Tensor, at::Tensor> round_normalized_forward<tierkit::row_info::NAME>(                       \
+      const at::Tensor& x, const at::Tensor& residual, const at::Tensor& h_out, const at::Tensor& weight,      \
+      double eps) {                                                                                            \
+    return round_normalized_rows<tierkit::kernels::FUNCTOR>(x, residual, h_out, weight, eps);                 \
+  }
+TIERKIT_ROW_REDUCTIONS(TIERKIT_ROUND_NORMALIZED)
+#undef TIERKIT_ROUND_NORMALIZED
 
 TORCH_LIBRARY_IMPL(tierkit, CPU, m) {
 #define TIERKIT_REGISTER_ROWS(NAME, FUNCTOR, PARAMS, STATS) \

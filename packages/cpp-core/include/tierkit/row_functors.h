@@ -179,9 +179,7 @@ struct RmsNormRowsVec {
       vec_each<W>(
           d,
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            alignas(64) T xh[W::kLanes];
-            store_lanes<W>(xh, ld(x + j) * r);
-            store_lanes<W>(y + j, ld(xh) * load_lanes<W>(w + j), stream);
+            store_lanes<W>(y + j, round_lanes<W, T>(ld(x + j) * r) * load_lanes<W>(w + j), stream);
           },
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             T xh;

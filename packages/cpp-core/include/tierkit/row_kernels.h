@@ -322,6 +322,43 @@ TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) 
     W::from(f, p);
   }
 }
+// v rounded to T and read back as float, in registers where T is bfloat16
+// (store_lanes' integer rounding: the same bits, NaNs quieted, subnormals
+// kept); float16 through its converters; float as is.
+template <typename W, typename T>
+TIERKIT_ROW_INLINE typename W::F round_lanes(typename W::F v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    if constexpr (W::kNativeBf16) {  // VCVTNEPS2BF16 and back, as store_lanes (subnormals: below)
+      unsigned short subnormal;
+      asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal) : "v"(v));
+      if (!subnormal) {
+        typename W::H h;
+        asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(v));
+        typename W::U u;
+        asm("vpmovzxwd %1, %0" : "=v"(u) : "v"(h));  // one instruction (see load_lanes)
+        const typename W::U b = u << 16;
+        typename W::F out;
+        __builtin_memcpy(&out, &b, sizeof(out));
+        return out;
+      }
+    }
+    typename W::U x;
+    __builtin_memcpy(&x, &v, sizeof(x));
+    const typename W::U hi = x >> 16;
+    const typename W::U rounded = (x + 0x7fffu + (hi & 1u)) >> 16;
+    const typename W::U nan = reinterpret_cast<typename W::U>(v != v);
+    const typename W::U b = ((nan & (hi | 0x40u)) | (~nan & rounded)) << 16;
+    typename W::F out;
+    __builtin_memcpy(&out, &b, sizeof(out));
+    return out;
+  } else {
+    alignas(64) T t[W::kLanes];
+    store_lanes<W>(t, v);
+    return load_lanes<W>(t);
+  }
+}
 // A block of float partial sums (the parameters' gradients) += v.
 template <typename W>
 TIERKIT_ROW_INLINE void add_lanes(float* p, typename W::F v) {

@@ -34,6 +34,7 @@ __all__ = [
     "test_casting_in_place_reads_a_weight_inside_residual",
     "test_casting_matches_the_formula",
     "test_casting_under_autocast_as_the_formula",
+    "test_casting_untracked_calls_give_the_tracked_calls_bits",
     "test_casting_vmap_and_compile",
 ]
 
@@ -196,6 +197,47 @@ def test_casting_in_place_reads_a_weight_inside_residual(ops, entry, mode, dtype
         y = getattr(ops, entry.add_name + "_")(x, r2, r2[row], 1e-6, offset=offset, casting_mode=mode)
         torch.testing.assert_close(r2, want_h, rtol=0, atol=0)
         torch.testing.assert_close(y, want_y, rtol=0, atol=0)
+
+
+@CASTING
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_casting_untracked_calls_give_the_tracked_calls_bits(ops, entry, mode, dtype, gen):
+    """A call that records nothing for autograd may take a faster path (on
+    the CPU, "llama" in 16 bits is one pass): it gives the bits of the call
+    that records a gradient, in every form and under inference_mode; the
+    in-place form still counts as a write to residual (its version); a
+    tangent (forward AD) is still computed."""
+    import torch.autograd.forward_ad as fwAD
+
+    offset = offset_of(mode)
+    x, r = make((5, 4100), dtype, gen), make((5, 4100), dtype, gen)
+    w = weight(4100, dtype, gen, mode)
+    tracked = call(ops, entry, x.clone().requires_grad_(), w, 1e-6, offset=offset, casting_mode=mode).detach()
+    with torch.no_grad():
+        assert torch.equal(call(ops, entry, x, w, 1e-6, offset=offset, casting_mode=mode), tracked)
+    with torch.inference_mode():
+        assert torch.equal(call(ops, entry, x, w, 1e-6, offset=offset, casting_mode=mode), tracked)
+    if entry.fused_add:
+        y_t, h_t = getattr(ops, entry.add_name)(
+            x.clone().requires_grad_(), r, w, 1e-6, offset=offset, casting_mode=mode
+        )
+        with torch.no_grad():
+            y, h = getattr(ops, entry.add_name)(x, r, w, 1e-6, offset=offset, casting_mode=mode)
+            assert torch.equal(y, y_t.detach()) and torch.equal(h, h_t.detach())
+            r2 = r.clone()
+            version = r2._version
+            y2 = getattr(ops, entry.add_name + "_")(x, r2, w, 1e-6, offset=offset, casting_mode=mode)
+            assert torch.equal(y2, y) and torch.equal(r2, h) and r2._version > version
+            strided = torch.empty(4100, 5, dtype=dtype).t()
+            strided.copy_(r)
+            getattr(ops, entry.add_name + "_")(x, strided, w, 1e-6, offset=offset, casting_mode=mode)
+            assert torch.equal(strided, h)
+    # A tangent in x: the composite (and its forward AD) still runs.
+    tangent = make((5, 4100), dtype, gen, 1.0)
+    with torch.no_grad(), fwAD.dual_level():
+        out = call(ops, entry, fwAD.make_dual(x, tangent), w, 1e-6, offset=offset, casting_mode=mode)
+        primal, jvp = fwAD.unpack_dual(out)
+    assert torch.equal(primal, tracked) and jvp is not None and jvp.shape == x.shape
 
 
 @CASTING
