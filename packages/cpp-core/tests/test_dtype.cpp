@@ -147,3 +147,43 @@ TEST(DTypeTable, DispatchAcceptedRefusesIntegers) {
   }
   EXPECT_EQ(calls, 1);
 }
+
+// round_to<Half/BFloat16>(double) rounds once: every value halfway between
+// two 16-bit neighbours, nudged by less than float's precision either way,
+// goes to the nearer (ties to even), where double -> float -> 16 bits
+// rounded the nudged ties to even instead (off by one ulp).
+template <typename D>
+void check_rounds_once(int shift) {
+  int checked = 0, double_rounding_differs = 0;
+  for (std::uint32_t b = 0x0001; b < 0x7bff; b += 7) {
+    D lo, hi;
+    lo.bits = static_cast<std::uint16_t>(b);
+    hi.bits = static_cast<std::uint16_t>(b + 1);
+    const double a = tierkit::load_compute(&lo), c = tierkit::load_compute(&hi);
+    const double mid = (a + c) / 2;
+    const double nudge = (c - a) * std::ldexp(1.0, -(shift + 2));  // below float's last bit here
+    for (const double v : {mid, mid + nudge, mid - nudge, -(mid + nudge)}) {
+      const double want_mag = std::fabs(v) == mid ? ((b & 1) ? c : a) : (std::fabs(v) > mid ? c : a);
+      const D got = tierkit::round_to<D>(v);
+      EXPECT_EQ(static_cast<double>(tierkit::load_compute(&got)), std::copysign(want_mag, v)) << v;
+      D twice;
+      twice.bits = D::from_float(static_cast<float>(v));
+      double_rounding_differs += twice.bits != got.bits;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1000);
+  EXPECT_GT(double_rounding_differs, 0);  // the case the test is for does occur
+}
+
+TEST(RoundTo, Float64ToFloat16RoundsOnce) { check_rounds_once<tierkit::Half>(14); }
+TEST(RoundTo, Float64ToBFloat16RoundsOnce) { check_rounds_once<tierkit::BFloat16>(17); }
+TEST(RoundTo, ExactNanInfAndFloatPassThrough) {
+  EXPECT_EQ(tierkit::round_to<float>(0.1), static_cast<float>(0.1));
+  const tierkit::Half inf = tierkit::round_to<tierkit::Half>(1e300);
+  EXPECT_TRUE(std::isinf(tierkit::load_compute(&inf)));
+  const tierkit::Half nan = tierkit::round_to<tierkit::Half>(std::nan(""));
+  EXPECT_TRUE(std::isnan(tierkit::load_compute(&nan)));
+  const tierkit::BFloat16 one = tierkit::round_to<tierkit::BFloat16>(1.0);
+  EXPECT_EQ(tierkit::load_compute(&one), 1.0f);
+}

@@ -20,6 +20,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "array_arg.h"
@@ -179,7 +180,9 @@ bool meet(const tierkit::TensorView& a, const tierkit::TensorView& b) {
   return sa.lo && sb.lo && sa.lo < sb.hi && sb.lo < sa.hi;
 }
 
-// dst[k] = src[k] converted (through src's compute type), both C-contiguous, the same length.
+// dst[k] = src[k] converted (through src's compute type, rounded once: a
+// float64 result narrowed to float16 as numpy narrows it), both
+// C-contiguous, the same length.
 void convert_into(const tierkit::TensorView& src, const tierkit::TensorView& dst) {
   tierkit::dispatch_accepted(src.dtype(), "x", [&](auto s) {
     using S = decltype(s);
@@ -188,7 +191,7 @@ void convert_into(const tierkit::TensorView& src, const tierkit::TensorView& dst
       const S* in = static_cast<const S*>(src.data());
       D* out = static_cast<D*>(dst.data());
       for (std::int64_t k = 0; k < src.numel(); ++k)
-        out[k] = static_cast<D>(static_cast<tierkit::compute_t<S>>(in[k]));
+        out[k] = tierkit::round_to<D>(static_cast<tierkit::compute_t<S>>(in[k]));
     });
   });
 }
@@ -258,12 +261,42 @@ void scale_columns_into(const tierkit::TensorView& y, const tierkit::TensorView&
   });
 }
 
+// The kernel over x (C-contiguous) and parameters of x's dtype, or, with
+// `in_compute`, of x's compute type (core's RowParams takes either).
+template <typename K, std::size_t P>
+void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params, double eps,
+              const tierkit::TensorView& y, bool in_compute) {
+  const std::int64_t d = x.shape()[x.rank() - 1];
+  const std::int64_t rows = d == 0 ? 0 : x.numel() / d;
+  const unsigned threads = max_threads();
+  tierkit::dispatch_accepted(x.dtype(), "x", [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<tierkit::compute_t<T>> stats(static_cast<std::size_t>(rows * K::kStats));
+    const auto run = [&](auto p) {
+      using Param = std::remove_const_t<std::remove_pointer_t<decltype(p.w)>>;
+      if (params[0]) p.w = static_cast<const Param*>(params[0]->data());
+      if constexpr (P > 1)
+        if (params[1]) p.b = static_cast<const Param*>(params[1]->data());
+      py::gil_scoped_release nogil;
+      // Core reads parameters that lie in y as they were at the call.
+      tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data()), p, eps, rows, d,
+                                       static_cast<T*>(y.data()), stats.data(),
+                                       tierkit::kernels::PoolRunner{threads});
+    };
+    if (in_compute)
+      run(tierkit::kernels::RowParams<tierkit::compute_t<T>>{});
+    else
+      run(tierkit::kernels::RowParams<T>{});
+  });
+}
+
 // y = the entry's forward of x (C-contiguous) with its parameters (each
 // null or C-contiguous of x's last dimension). Parameters of another float
 // dtype are computed as aten's norms compute them: in x's compute type
-// (float32 for 16-bit x; float64 where x or a parameter is), the parameters
-// converted to it, the result rounded to x's dtype (torch-cpu's rows.h
-// MixedRows).
+// (float32 for 16-bit x; float64 where x or a parameter is), the result
+// rounded to x's dtype (torch-cpu's rows.h MixedRows): the parameters
+// converted to the compute type (d elements) beside x as it is, one pass;
+// only a float64 parameter beside a narrower x converts x too.
 template <typename K, std::size_t P>
 void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
                 double eps, const tierkit::TensorView& y) {
@@ -273,40 +306,26 @@ void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::Te
     mixed = mixed || p->dtype() != x.dtype();
     wide = wide || p->dtype() == tierkit::DType::Float64;
   }
-  if (mixed) {
-    const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
-    std::array<std::optional<Buffer>, P> held;
-    std::array<tierkit::TensorView, P> views;
-    std::array<const tierkit::TensorView*, P> converted_params{};
-    for (std::size_t i = 0; i < P; ++i) {
-      if (!params[i]) continue;
-      held[i] = converted(*params[i], c);
-      views[i] = held[i]->view();
-      converted_params[i] = &views[i];
+  if (!mixed) return run_rows<K, P>(x, params, eps, y, false);
+  const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
+  std::array<std::optional<Buffer>, P> held;
+  std::array<tierkit::TensorView, P> views;
+  std::array<const tierkit::TensorView*, P> converted_params{};
+  for (std::size_t i = 0; i < P; ++i) {
+    if (!params[i]) continue;
+    if (params[i]->dtype() == c) {
+      converted_params[i] = params[i];
+      continue;
     }
-    if (c == x.dtype()) return run_kernel<K, P>(x, converted_params, eps, y);
-    const Buffer xc = converted(x, c);
-    Buffer yc = Buffer::empty(x.shape(), c, false);
-    run_kernel<K, P>(xc.view(), converted_params, eps, yc.view());
-    convert_into(yc.view(), y);
-    return;
+    held[i] = converted(*params[i], c);
+    views[i] = held[i]->view();
+    converted_params[i] = &views[i];
   }
-  const std::int64_t d = x.shape()[x.rank() - 1];
-  const std::int64_t rows = d == 0 ? 0 : x.numel() / d;
-  const unsigned threads = max_threads();
-  tierkit::dispatch_accepted(x.dtype(), "x", [&](auto tag) {
-    using T = decltype(tag);
-    std::vector<tierkit::compute_t<T>> stats(static_cast<std::size_t>(rows * K::kStats));
-    tierkit::kernels::RowParams<T> p;
-    if (params[0]) p.w = static_cast<const T*>(params[0]->data());
-    if constexpr (P > 1)
-      if (params[1]) p.b = static_cast<const T*>(params[1]->data());
-    py::gil_scoped_release nogil;
-    // Core reads parameters that lie in y as they were at the call.
-    tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data()), p, eps, rows, d,
-                                     static_cast<T*>(y.data()), stats.data(),
-                                     tierkit::kernels::PoolRunner{threads});
-  });
+  if (c == x.dtype() || c == tierkit::DType::Float32) return run_rows<K, P>(x, converted_params, eps, y, true);
+  const Buffer xc = converted(x, c);
+  Buffer yc = Buffer::empty(x.shape(), c, false);
+  run_rows<K, P>(xc.view(), converted_params, eps, yc.view(), false);
+  convert_into(yc.view(), y);
 }
 
 // One entry's function: name(x, <params>, eps, out).

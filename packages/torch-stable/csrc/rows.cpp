@@ -119,9 +119,10 @@ tierkit::kernels::RowParams<T> row_params(const std::array<OptTensor, P>& ps) {
 
 // Parameters of another float dtype than x's, computed as aten's norms
 // compute them (torch-cpu's include/tierkit_torch/rows.h says why and how):
-// a same-dtype call in x's compute type (double where a parameter is
-// double), the result narrowed to x's dtype, the stats kept in the dtype the
-// schema gives x.
+// the parameters in x's compute type beside x as it is (core's RowParams:
+// one pass); only a double parameter beside a narrower x makes it a call in
+// double (converts_x: the result narrowed to x's dtype, the stats kept in
+// the dtype the schema gives x).
 struct MixedRows {
   bool active = false;
   ScalarType x_dtype, compute;
@@ -137,6 +138,9 @@ struct MixedRows {
     }
     if (wide) compute = ScalarType::Double;
   }
+  bool converts_x() const {
+    return active && compute == ScalarType::Double && x_dtype != ScalarType::Double;
+  }
   Tensor in(const Tensor& t) const { return t.scalar_type() == compute ? t : torch::stable::to(t, compute); }
   template <std::size_t P>
   std::array<OptTensor, P> in(const std::array<OptTensor, P>& ps) const {
@@ -151,6 +155,16 @@ struct MixedRows {
     return stats.scalar_type() == want ? stats : torch::stable::to(stats, want);
   }
 };
+
+// Calls f(row_params<T or compute_t<T>>(params)): in x's dtype, or, in a
+// mixed call, in its compute type (params already converted by MixedRows::in).
+template <typename T, std::size_t P, typename F>
+void with_params(const MixedRows& mixed, const std::array<OptTensor, P>& params, const F& f) {
+  if (mixed.active)
+    f(row_params<tierkit::compute_t<T>>(params));
+  else
+    f(row_params<T>(params));
+}
 
 template <typename F>
 void dispatch(const char* op, const Tensor& x, const F& f) {
@@ -207,21 +221,24 @@ struct StableRows {
   static std::tuple<Tensor, Tensor> forward_as(const char* op, const Tensor& x_in, const Ps& params_in,
                                                double eps) {
     check_rows<Info>(op, x_in, params_in);
-    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+    const MixedRows mixed(x_in, params_in);
+    if (mixed.converts_x()) {
       auto [y, stats] = forward_as(op, mixed.in(x_in), mixed.in(params_in), eps);
       return {mixed.result(y), mixed.stats_out(stats)};
     }
     const Rows r = rows_of(x_in);
     const Tensor x = as_contiguous(x_in);
-    const Ps params = as_contiguous(params_in);
+    const Ps params = as_contiguous(mixed.active ? mixed.in(params_in) : params_in);
     Tensor y = fresh_like(x);
     Tensor stats = new_stats(x, Info::stats.size());
     dispatch(op, x, [&](auto tag) {
       using T = decltype(tag);
       using C = tierkit::compute_t<T>;
-      tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data_ptr()), row_params<T>(params), eps,
-                                       r.rows, r.d, static_cast<T*>(y.mutable_data_ptr()),
-                                       static_cast<C*>(stats.mutable_data_ptr()), RowRunner{});
+      with_params<T>(mixed, params, [&](auto p) {
+        tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data_ptr()), p, eps, r.rows, r.d,
+                                         static_cast<T*>(y.mutable_data_ptr()),
+                                         static_cast<C*>(stats.mutable_data_ptr()), RowRunner{});
+      });
     });
     return {y, stats};
   }
@@ -245,7 +262,8 @@ struct StableRows {
                    dtype_name(stats_dtype(x_in)) + " (from " + named(3) + "), got " +
                    std::to_string(stats_in.numel()) + " of " + dtype_name(stats_in.scalar_type()));
     std::array<Tensor, P + 1> out;
-    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+    const MixedRows mixed(x_in, params_in);
+    if (mixed.converts_x()) {
       const auto wide = backward(mixed.in(grad_in), mixed.in(x_in), mixed.in(params_in), mixed.in(stats_in));
       out[0] = mixed.result(wide[0]);
       for (std::size_t i = 0; i < P; ++i)  // each gradient in its input's dtype
@@ -254,7 +272,7 @@ struct StableRows {
       return out;
     }
     const Tensor x = as_contiguous(x_in), grad = as_contiguous(grad_in), stats = as_contiguous(stats_in);
-    const Ps params = as_contiguous(params_in);
+    const Ps params = as_contiguous(mixed.active ? mixed.in(params_in) : params_in);
     out[0] = fresh_like(x);
     std::array<Tensor, P> acc;  // accumulated in the compute type, then cast to the parameter's dtype
     std::array<bool, P> wanted{};
@@ -266,17 +284,19 @@ struct StableRows {
       C* dp[2] = {nullptr, nullptr};
       for (std::size_t i = 0; i < P; ++i)
         if (wanted[i]) dp[i] = static_cast<C*>(acc[i].mutable_data_ptr());
-      tierkit::kernels::row_backward<K>(
-          static_cast<const T*>(grad.data_ptr()), static_cast<const T*>(x.data_ptr()), row_params<T>(params),
-          static_cast<const C*>(stats.data_ptr()), r.rows, r.d, static_cast<T*>(out[0].mutable_data_ptr()),
-          dp[0], dp[1], RowRunner{});
+      with_params<T>(mixed, params, [&](auto p) {
+        tierkit::kernels::row_backward<K>(static_cast<const T*>(grad.data_ptr()), static_cast<const T*>(x.data_ptr()),
+                                          p, static_cast<const C*>(stats.data_ptr()), r.rows, r.d,
+                                          static_cast<T*>(out[0].mutable_data_ptr()), dp[0], dp[1], RowRunner{});
+      });
     });
-    // An absent parameter: an empty gradient (the schema returns a Tensor, never None).
+    // Each gradient in its input's dtype; an absent parameter: an empty
+    // gradient (the schema returns a Tensor, never None).
     for (std::size_t i = 0; i < P; ++i)
       out[i + 1] = !wanted[i] ? torch::stable::new_empty(x, {0})
-                   : acc[i].scalar_type() == params[i]->scalar_type()
+                   : acc[i].scalar_type() == params_in[i]->scalar_type()
                        ? acc[i]
-                       : torch::stable::to(acc[i], params[i]->scalar_type());
+                       : torch::stable::to(acc[i], params_in[i]->scalar_type());
     return out;
   }
 
@@ -287,13 +307,14 @@ struct StableRows {
     check_rows<Info>(op, x_in, params_in);
     const Rows r = rows_of(x_in);
     check_like(op, residual_in, "residual", x_in, "x");
-    if (const MixedRows mixed(x_in, params_in); mixed.active) {
+    const MixedRows mixed(x_in, params_in);
+    if (mixed.converts_x()) {
       // h = x + residual rounded to the dtype (the fused pass without parameters), then the mixed forward.
       add_forward(op, x_in, residual_in, Ps{}, eps, h_out);
       return std::get<0>(forward_as(op, h_out, params_in, eps));
     }
     const Tensor x = as_contiguous(x_in), residual = as_contiguous(residual_in);
-    const Ps params = as_contiguous(params_in);
+    const Ps params = as_contiguous(mixed.active ? mixed.in(params_in) : params_in);
     Tensor y = fresh_like(x);
     Tensor stats = new_stats(x, Info::stats.size());
     // A non-contiguous h_out (the in-place form's residual) is written through a contiguous temporary.
@@ -301,10 +322,13 @@ struct StableRows {
     dispatch(op, x, [&](auto tag) {
       using T = decltype(tag);
       using C = tierkit::compute_t<T>;
-      tierkit::kernels::row_add_forward<K>(
-          static_cast<const T*>(x.data_ptr()), static_cast<const T*>(residual.data_ptr()),
-          row_params<T>(params), eps, r.rows, r.d, static_cast<T*>(y.mutable_data_ptr()),
-          static_cast<T*>(h.mutable_data_ptr()), static_cast<C*>(stats.mutable_data_ptr()), RowRunner{});
+      with_params<T>(mixed, params, [&](auto p) {
+        tierkit::kernels::row_add_forward<K>(static_cast<const T*>(x.data_ptr()),
+                                             static_cast<const T*>(residual.data_ptr()), p, eps, r.rows, r.d,
+                                             static_cast<T*>(y.mutable_data_ptr()),
+                                             static_cast<T*>(h.mutable_data_ptr()),
+                                             static_cast<C*>(stats.mutable_data_ptr()), RowRunner{});
+      });
     });
     if (!h_out.is_contiguous()) torch::stable::copy_(h_out, h);
     return y;

@@ -2,9 +2,11 @@
 // storage types with round-to-nearest-even conversion from float.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -265,6 +267,34 @@ inline void store_compute(T* p, compute_t<T> v) {
     p->bits = T::from_float(v);
   } else {
     *p = static_cast<T>(v);
+  }
+}
+
+namespace detail {
+// v rounded to float toward an odd last bit where inexact ("round to odd"):
+// narrowing that float to a type with at least 2 fewer significand bits
+// then rounds to nearest even exactly as narrowing v once would.
+inline float round_to_odd_float(double v) {
+  float f = static_cast<float>(v);
+  if (!(std::fabs(v) <= static_cast<double>(std::numeric_limits<float>::max())) ||
+      static_cast<double>(f) == v)
+    return f;  // exact, NaN, or beyond float: nothing to keep
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  return bits_float(float_bits(f) | 1u);
+}
+}  // namespace detail
+
+// v stored as D, rounded once: a double narrowed to a 16-bit type goes
+// through round-to-odd float, not float's nearest (which, rounded again to
+// 16 bits, is off by one ulp on ties: numpy's float64 -> float16 rounds once).
+template <typename D, typename V>
+inline D round_to(V v) {
+  if constexpr ((std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) && std::is_same_v<V, double>) {
+    D out;
+    out.bits = D::from_float(detail::round_to_odd_float(v));
+    return out;
+  } else {
+    return static_cast<D>(v);
   }
 }
 
