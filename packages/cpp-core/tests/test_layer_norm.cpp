@@ -85,7 +85,8 @@ struct Widened {
     const auto widen = [d](const T* from, std::vector<C<T>>& into) -> const C<T>* {
       if (!from) return nullptr;
       into.resize(static_cast<std::size_t>(d));
-      for (std::int64_t j = 0; j < d; ++j) into[static_cast<std::size_t>(j)] = tierkit::load_compute(from + j);
+      for (std::int64_t j = 0; j < d; ++j)
+        into[static_cast<std::size_t>(j)] = tierkit::load_compute(from + j);
       return into.data();
     };
     p = {widen(in.w, w), widen(in.b, b)};
@@ -254,7 +255,8 @@ TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
       if (!std::is_same_v<T, C<T>>) {
         std::vector<T> y_c(x.size()), dx_c(x.size());
         std::vector<C<T>> st_c(2 * rows), dw_c(d), db_c(d);
-        k::row_forward<k::LayerNorm>(x.data(), pc.p, 1e-5, rows, d, y_c.data(), st_c.data(), k::PoolRunner{1});
+        k::row_forward<k::LayerNorm>(x.data(), pc.p, 1e-5, rows, d, y_c.data(), st_c.data(),
+                                     k::PoolRunner{1});
         k::row_backward<k::LayerNorm>(dy.data(), x.data(), pc.p, st.data(), rows, d, dx_c.data(), dw_c.data(),
                                       db_c.data(), k::PoolRunner{1});
         EXPECT_EQ(as_bits(y_c), as_bits(y)) << "compute-typed params, d " << d << " params " << params;

@@ -456,7 +456,8 @@ TYPED_TEST(RmsNorm, RoundNormalizedIsTheNormThenTheRoundedProduct) {
     rms::rms_norm_forward(h_want.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, xhat.data(),
                           rstd_want.data());
     product(xhat);
-    k::row_add_forward<k::RmsNorm>(x.data(), res.data(), p, 1e-6, s.rows, s.d, y.data(), h.data(), rstd.data());
+    k::row_add_forward<k::RmsNorm>(x.data(), res.data(), p, 1e-6, s.rows, s.d, y.data(), h.data(),
+                                   rstd.data());
     EXPECT_TRUE(same_bits(h, h_want)) << "d " << s.d;
     EXPECT_TRUE(same_bits(y, want)) << "add, d " << s.d;
   }

@@ -264,8 +264,8 @@ void scale_columns_into(const tierkit::TensorView& y, const tierkit::TensorView&
 // The kernel over x (C-contiguous) and parameters of x's dtype, or, with
 // `in_compute`, of x's compute type (core's RowParams takes either).
 template <typename K, std::size_t P>
-void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params, double eps,
-              const tierkit::TensorView& y, bool in_compute) {
+void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
+              double eps, const tierkit::TensorView& y, bool in_compute) {
   const std::int64_t d = x.shape()[x.rank() - 1];
   const std::int64_t rows = d == 0 ? 0 : x.numel() / d;
   const unsigned threads = max_threads();
@@ -321,7 +321,8 @@ void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::Te
     views[i] = held[i]->view();
     converted_params[i] = &views[i];
   }
-  if (c == x.dtype() || c == tierkit::DType::Float32) return run_rows<K, P>(x, converted_params, eps, y, true);
+  if (c == x.dtype() || c == tierkit::DType::Float32)
+    return run_rows<K, P>(x, converted_params, eps, y, true);
   const Buffer xc = converted(x, c);
   Buffer yc = Buffer::empty(x.shape(), c, false);
   run_rows<K, P>(xc.view(), converted_params, eps, yc.view(), false);

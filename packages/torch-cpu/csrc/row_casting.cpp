@@ -104,9 +104,9 @@ bool plain_and_untracked(const at::Tensor& t) {
 bool one_pass_rounded(const at::Tensor& x, const Arranged& a, const at::Tensor& residual = at::Tensor()) {
   const at::ScalarType t = x.scalar_type();
   return a.after.defined() && a.after.scalar_type() == t && (t == at::kBFloat16 || t == at::kHalf) &&
-         x.device().is_cpu() && a.after.dim() == 1 && plain_and_untracked(x) && plain_and_untracked(a.after) &&
-         plain_and_untracked(residual) && !c10::impl::TorchDispatchModeTLS::any_modes_set() &&
-         !at::autocast::is_autocast_enabled(at::kCPU);
+         x.device().is_cpu() && a.after.dim() == 1 && plain_and_untracked(x) &&
+         plain_and_untracked(a.after) && plain_and_untracked(residual) &&
+         !c10::impl::TorchDispatchModeTLS::any_modes_set() && !at::autocast::is_autocast_enabled(at::kCPU);
 }
 
 template <typename Info>
@@ -122,7 +122,8 @@ struct CastingRows {
     check_rows<E>(name, x, Params<1>{weight}, x.device().type());  // the plain op's checks and words first
     const Arranged a = arrange(name, x, weight, offset, casting_mode);
     if (one_pass_rounded(x, a))
-      return std::get<0>(round_normalized_forward<Info>(x, at::Tensor(), at::Tensor(), a.after, eps_or_default(x, eps)));
+      return std::get<0>(
+          round_normalized_forward<Info>(x, at::Tensor(), at::Tensor(), a.after, eps_or_default(x, eps)));
     static std::atomic<const c10::OperatorHandle*> slot{nullptr};
     const auto plain = op_handle<typename S::OpFn>(slot, name);
     at::Tensor y = plain.call(x, a.inner, eps);
@@ -156,7 +157,8 @@ struct CastingRows {
     if (a.after.defined() && a.after.is_alias_of(residual)) a.after = a.after.clone();
     if (one_pass_rounded(x, a, residual)) {
       check_in_place_residual(name, x, residual);
-      return std::get<0>(round_normalized_forward<Info>(x, residual, residual, a.after, eps_or_default(x, eps)));
+      return std::get<0>(
+          round_normalized_forward<Info>(x, residual, residual, a.after, eps_or_default(x, eps)));
     }
     static std::atomic<const c10::OperatorHandle*> slot{nullptr};
     const auto plain = op_handle<typename S::AddInplaceFn>(slot, name);

@@ -199,7 +199,8 @@ struct CpuRows {
 };
 
 template <typename K>
-std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x_in, const at::Tensor& residual_in,
+std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x_in,
+                                                         const at::Tensor& residual_in,
                                                          const at::Tensor& h_out, const at::Tensor& w_in,
                                                          double eps) {
   const Rows r = rows_of(x_in);
@@ -220,12 +221,13 @@ std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x_in,
     }
     const at::Tensor residual = residual_in.contiguous();
     tierkit::kernels::row_add_forward<K>(static_cast<const T*>(x.const_data_ptr()),
-                                         static_cast<const T*>(residual.const_data_ptr()), p, eps, r.rows, r.d,
-                                         data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
+                                         static_cast<const T*>(residual.const_data_ptr()), p, eps, r.rows,
+                                         r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
   });
   if (h.defined() && h_out.defined()) {
     if (h.is_same(h_out))
-      h_out.unsafeGetTensorImpl()->bump_version();  // written in place below the dispatcher: autograd must see it
+      h_out.unsafeGetTensorImpl()
+          ->bump_version();  // written in place below the dispatcher: autograd must see it
     else
       h_out.copy_(h);
     h = h_out;
@@ -235,12 +237,12 @@ std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x_in,
 
 }  // namespace
 
-#define TIERKIT_ROUND_NORMALIZED(NAME, FUNCTOR, PARAMS, STATS)                                                  \
-  template <>                                                                                                  \
-  std::tuple<at::Tensor, at::Tensor> round_normalized_forward<tierkit::row_info::NAME>(                       \
-      const at::Tensor& x, const at::Tensor& residual, const at::Tensor& h_out, const at::Tensor& weight,      \
-      double eps) {                                                                                            \
-    return round_normalized_rows<tierkit::kernels::FUNCTOR>(x, residual, h_out, weight, eps);                 \
+#define TIERKIT_ROUND_NORMALIZED(NAME, FUNCTOR, PARAMS, STATS)                                            \
+  template <>                                                                                             \
+  std::tuple<at::Tensor, at::Tensor> round_normalized_forward<tierkit::row_info::NAME>(                   \
+      const at::Tensor& x, const at::Tensor& residual, const at::Tensor& h_out, const at::Tensor& weight, \
+      double eps) {                                                                                       \
+    return round_normalized_rows<tierkit::kernels::FUNCTOR>(x, residual, h_out, weight, eps);             \
   }
 TIERKIT_ROW_REDUCTIONS(TIERKIT_ROUND_NORMALIZED)
 #undef TIERKIT_ROUND_NORMALIZED

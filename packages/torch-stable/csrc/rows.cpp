@@ -138,9 +138,7 @@ struct MixedRows {
     }
     if (wide) compute = ScalarType::Double;
   }
-  bool converts_x() const {
-    return active && compute == ScalarType::Double && x_dtype != ScalarType::Double;
-  }
+  bool converts_x() const { return active && compute == ScalarType::Double && x_dtype != ScalarType::Double; }
   Tensor in(const Tensor& t) const { return t.scalar_type() == compute ? t : torch::stable::to(t, compute); }
   template <std::size_t P>
   std::array<OptTensor, P> in(const std::array<OptTensor, P>& ps) const {
@@ -285,9 +283,10 @@ struct StableRows {
       for (std::size_t i = 0; i < P; ++i)
         if (wanted[i]) dp[i] = static_cast<C*>(acc[i].mutable_data_ptr());
       with_params<T>(mixed, params, [&](auto p) {
-        tierkit::kernels::row_backward<K>(static_cast<const T*>(grad.data_ptr()), static_cast<const T*>(x.data_ptr()),
-                                          p, static_cast<const C*>(stats.data_ptr()), r.rows, r.d,
-                                          static_cast<T*>(out[0].mutable_data_ptr()), dp[0], dp[1], RowRunner{});
+        tierkit::kernels::row_backward<K>(
+            static_cast<const T*>(grad.data_ptr()), static_cast<const T*>(x.data_ptr()), p,
+            static_cast<const C*>(stats.data_ptr()), r.rows, r.d, static_cast<T*>(out[0].mutable_data_ptr()),
+            dp[0], dp[1], RowRunner{});
       });
     });
     // Each gradient in its input's dtype; an absent parameter: an empty
@@ -323,11 +322,10 @@ struct StableRows {
       using T = decltype(tag);
       using C = tierkit::compute_t<T>;
       with_params<T>(mixed, params, [&](auto p) {
-        tierkit::kernels::row_add_forward<K>(static_cast<const T*>(x.data_ptr()),
-                                             static_cast<const T*>(residual.data_ptr()), p, eps, r.rows, r.d,
-                                             static_cast<T*>(y.mutable_data_ptr()),
-                                             static_cast<T*>(h.mutable_data_ptr()),
-                                             static_cast<C*>(stats.mutable_data_ptr()), RowRunner{});
+        tierkit::kernels::row_add_forward<K>(
+            static_cast<const T*>(x.data_ptr()), static_cast<const T*>(residual.data_ptr()), p, eps, r.rows,
+            r.d, static_cast<T*>(y.mutable_data_ptr()), static_cast<T*>(h.mutable_data_ptr()),
+            static_cast<C*>(stats.mutable_data_ptr()), RowRunner{});
       });
     });
     if (!h_out.is_contiguous()) torch::stable::copy_(h_out, h);

@@ -284,7 +284,8 @@ struct RmsNormRowsVec {
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             const V g0 = ld(gr + j), xh = ld(xr + j) * R;
             if (dwp) add_lanes<W>(dwp + j, g0 * xh);
-            store_lanes<W>(dxr + j, w ? (g0 * load_lanes<W>(w + j) - xh * Cv) * R : (g0 - xh * Cv) * R, stream);
+            store_lanes<W>(dxr + j, w ? (g0 * load_lanes<W>(w + j) - xh * Cv) * R : (g0 - xh * Cv) * R,
+                           stream);
           },
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             const float g0 = load_compute(gr + j), xh = load_compute(xr + j) * rs;

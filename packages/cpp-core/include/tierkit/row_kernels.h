@@ -553,9 +553,9 @@ void add_forward_rows(const T* x, const T* res, RowParams<compute_t<T>> p, compu
   TIERKIT_ROW_DISPATCH(add_forward, K, T, x, res, p, eps, d, lo, hi, y, h, stats);
 }
 template <typename K, typename T>
-void backward_rows(const T* dy, const T* x, RowParams<compute_t<T>> p, const compute_t<T>* stats, std::int64_t d,
-                   std::int64_t lo, std::int64_t hi, T* dx, compute_t<T>* dwp, compute_t<T>* dbp,
-                   bool stream) {
+void backward_rows(const T* dy, const T* x, RowParams<compute_t<T>> p, const compute_t<T>* stats,
+                   std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, compute_t<T>* dwp,
+                   compute_t<T>* dbp, bool stream) {
   TIERKIT_ROW_DISPATCH(backward, K, T, dy, x, p, stats, d, lo, hi, dx, dwp, dbp);
 }
 #undef TIERKIT_ROW_DISPATCH

@@ -179,7 +179,9 @@ def test_parameters_of_another_dtype_give_the_widened_calls_bits(ops, entry, xd,
     # (one pass), the other kernels convert; both must give these bits.
     # Rows of 4100: a tail after the vector blocks.
     x = make((9, 4100), xd, gen).requires_grad_()
-    params = [p.to(pd).detach().requires_grad_() for p, pd in zip(make_params(entry, 4100, torch.float64, gen), pds)]
+    params = [
+        p.to(pd).detach().requires_grad_() for p, pd in zip(make_params(entry, 4100, torch.float64, gen), pds)
+    ]
     c = torch.float32
     xc = x.detach().to(c).requires_grad_()
     pc = [p.detach().to(c).requires_grad_() for p in params]
