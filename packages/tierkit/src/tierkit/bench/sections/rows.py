@@ -241,6 +241,19 @@ def targets(results: dict) -> list[dict]:
                         r = pick(
                             mine, impl=f"torch op fwd, casting_mode={mode}", nrows=rows_, d=d, dtype=dtype
                         )
+                        if r and "ours_over_theirs" in r[0]:
+                            # Its row is paired against the plain op (the mode's cost: its time over
+                            # the plain op's); the goal is the plain op's bandwidth, within 5%.
+                            speed = round(1 / r[0]["ours_over_theirs"], 2)
+                            out.append(
+                                target(
+                                    f"{entry.name} casting_mode={mode} >= 0.95 x the plain op's bandwidth "
+                                    f"(same run), {where}",
+                                    0.95,
+                                    speed,
+                                    speed >= 0.95,
+                                )
+                            )
                         if r and "of_limit" in r[0]:
                             frac = round(r[0]["of_limit"], 2)
                             out.append(
