@@ -516,3 +516,35 @@ def test_schema_tables_are_core_op_schemas():
             quoted += 1
             assert row in schemas, f"{page}: `{row}` is not in core's op_table.h"
     assert quoted >= 5
+
+
+def _named_by(name: str) -> list[str] | None:
+    """The files outside tests and .md pages that name `name`, as
+    docs/adding-an-op.md counts them; None without git."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        return None
+    out = subprocess.run(
+        ["git", "grep", "-il", name, "--", "packages", "ci", "noxfile.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    test_path = re.compile(r"(^|/)tests?/|(^|/)test_[^/]*$|\.md$")
+    return sorted(f for f in out if not test_path.search(f))
+
+
+def test_adding_an_op_counts_the_files_that_name_each_op():
+    # The page said 8/5/3/4 files where the code had 10/6/7/10 (#53): each row
+    # of its table is now the grep's file list, file by file.
+    text = (ROOT / "docs" / "adding-an-op.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \([^)]*\) \| (\d+) \| (.*)$", text, re.MULTILINE)
+    assert len(rows) >= 5, "docs/adding-an-op.md: the counted table is missing"
+    for name, count, rest in rows:
+        files = _named_by(name)
+        if files is None:
+            pytest.skip("not a git checkout")
+        listed = set(re.findall(r"`([\w./]+\.\w+)`", rest))
+        found = {Path(f).name for f in files}
+        assert int(count) == len(files), f"{name}: the page says {count} files, git grep lists {files}"
+        assert listed == found, f"{name}: the page lists {sorted(listed)}, git grep {sorted(found)}"
