@@ -173,7 +173,7 @@ struct RmsNormRowsVec {
   // y = (x * rstd) * w (y may be x: a block is read before it is written);
   // w in float (RowParams arrive in the compute type).
   TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, float rs, std::int64_t d, T* y,
-                                       bool stream = false, bool round = false) {
+                                       bool stream = false, bool round = false, const T* ahead = nullptr) {
     const V r = splat<W>(rs);
     if (w && round) {  // y = T(T(x * rstd) * w), as RmsNormRows::scale
       vec_each<W>(
@@ -184,18 +184,20 @@ struct RmsNormRowsVec {
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             T xh;
             store_compute(y + j, store_rounded(&xh, load_compute(x + j) * rs) * w[j]);
-          });
+          },
+          ahead);
     } else if (w) {
       vec_each<W>(
           d,
           [&](std::int64_t j)
               TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) * r) * load_lanes<W>(w + j), stream); },
           [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_compute(y + j, (load_compute(x + j) * rs) * load_compute(w + j)); });
+              TIERKIT_ROW_LAMBDA { store_compute(y + j, (load_compute(x + j) * rs) * load_compute(w + j)); },
+          ahead);
     } else {
       vec_each<W>(
           d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, ld(x + j) * r, stream); },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_compute(y + j, load_compute(x + j) * rs); });
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_compute(y + j, load_compute(x + j) * rs); }, ahead);
     }
   }
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
@@ -215,7 +217,7 @@ struct RmsNormRowsVec {
           });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(xr, w, rs, d, y + r * d, stream, p.round_normalized);
+      scale(xr, w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
     }
     if (stream) _mm_sfence();
   }
@@ -241,7 +243,7 @@ struct RmsNormRowsVec {
           });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(hr, w, rs, d, y + r * d, stream, p.round_normalized);
+      scale(hr, w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
     }
     if (stream) _mm_sfence();
   }
@@ -467,7 +469,7 @@ struct LayerNormRowsVec {
   // y = ((x - mean) * rstd) * w + b (y may be x); w and b in float
   // (RowParams arrive in the compute type).
   TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, const float* b, float mean, float rs,
-                                       std::int64_t d, T* y, bool stream) {
+                                       std::int64_t d, T* y, bool stream, const T* ahead = nullptr) {
     const V M = splat<W>(mean), R = splat<W>(rs);
     const auto one = [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
       float v = (load_compute(x + j) - mean) * rs;  // LayerNormRows::affine's order
@@ -482,25 +484,25 @@ struct LayerNormRowsVec {
             store_lanes<W>(y + j, ((ld(x + j) - M) * R) * load_lanes<W>(w + j) + load_lanes<W>(b + j),
                            stream);
           },
-          one);
+          one, ahead);
     } else if (w) {
       vec_each<W>(
           d,
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             store_lanes<W>(y + j, ((ld(x + j) - M) * R) * load_lanes<W>(w + j), stream);
           },
-          one);
+          one, ahead);
     } else if (b) {
       vec_each<W>(
           d,
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             store_lanes<W>(y + j, (ld(x + j) - M) * R + load_lanes<W>(b + j), stream);
           },
-          one);
+          one, ahead);
     } else {
       vec_each<W>(
           d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) - M) * R, stream); },
-          one);
+          one, ahead);
     }
   }
 
@@ -509,7 +511,7 @@ struct LayerNormRowsVec {
     for (std::int64_t r = lo; r < hi; ++r) {
       float* s = stats + 2 * r;
       moments(x + r * d, d, eps, s);
-      scale(x + r * d, p.w, p.b, s[0], s[1], d, y + r * d, stream);
+      scale(x + r * d, p.w, p.b, s[0], s[1], d, y + r * d, stream, r + 1 < hi ? x + (r + 1) * d : nullptr);
     }
     if (stream) _mm_sfence();
   }

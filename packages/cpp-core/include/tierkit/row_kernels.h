@@ -447,10 +447,22 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2(std::int64_t d, const Block& block, con
   }
   return {ra.total(), rb.total()};
 }
-// block(j) over the full vectors of [0, d), one(j) over the rest.
-template <typename W, typename Block, typename One>
-TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& one) {
+// block(j) over the full vectors of [0, d), one(j) over the rest. With
+// `ahead` (the next row's start), each block also asks for the next row's
+// line at its offset: a row's last pass (reads from cache, writes out) then
+// overlaps the next row's reads from memory, which the hardware prefetcher
+// does not start on its own across a long row (float32 rows of 8192 ran at
+// 0.54 of a copy in layer_norm against 0.85 at 1024, an AVX-512 Xeon). A
+// hint only: the results are the same.
+template <typename W, typename Block, typename One, typename T = float>
+TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& one,
+                                 const T* ahead = nullptr) {
   std::int64_t j = 0;
+  if (ahead)
+    for (; j + W::kLanes <= d; j += W::kLanes) {
+      __builtin_prefetch(ahead + j, 0, 3);
+      block(j);
+    }
   for (; j + W::kLanes <= d; j += W::kLanes) block(j);
   for (; j < d; ++j) one(j);
 }
