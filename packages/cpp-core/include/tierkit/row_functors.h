@@ -281,9 +281,12 @@ struct RmsNormRowsVec {
       const float c = dot / static_cast<float>(d);
       const V Cv = splat<W>(c);
       T* dxr = dx + r * d;
+      // The next row's dy (vec_each's ahead) and x, asked for during this last pass.
+      const T* next_x = r + 1 < hi ? xr + d : nullptr;
       vec_each<W>(
           d,
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            if (next_x) __builtin_prefetch(next_x + j, 0, 3);
             const V g0 = ld(gr + j), xh = ld(xr + j) * R;
             if (dwp) add_lanes<W>(dwp + j, g0 * xh);
             store_lanes<W>(dxr + j, w ? (g0 * load_lanes<W>(w + j) - xh * Cv) * R : (g0 - xh * Cv) * R,
@@ -293,7 +296,8 @@ struct RmsNormRowsVec {
             const float g0 = load_compute(gr + j), xh = load_compute(xr + j) * rs;
             if (dwp) dwp[j] += g0 * xh;
             store_compute(dxr + j, w ? (g0 * load_compute(w + j) - xh * c) * rs : (g0 - xh * c) * rs);
-          });
+          },
+          r + 1 < hi ? gr + d : nullptr);
     }
     if (stream) _mm_sfence();
   }
@@ -573,14 +577,19 @@ struct LayerNormRowsVec {
       const float a = ac.a / n, c = ac.b / n;
       const V A = splat<W>(a), Cv = splat<W>(c);
       T* dxr = dx + r * d;
+      // The next row's dy (vec_each's ahead) and x, asked for during this last pass.
+      const T* next_x = r + 1 < hi ? xr + d : nullptr;
       vec_each<W>(
           d,
-          [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_lanes<W>(dxr + j, ((g_of(j) - A) - xh_of(j) * Cv) * R, stream); },
+          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+            if (next_x) __builtin_prefetch(next_x + j, 0, 3);
+            store_lanes<W>(dxr + j, ((g_of(j) - A) - xh_of(j) * Cv) * R, stream);
+          },
           [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
             const float xh = (load_compute(xr + j) - mean) * rs;
             store_compute(dxr + j, ((LayerNormRows<T>::g_of(gr, w, j) - a) - xh * c) * rs);
-          });
+          },
+          r + 1 < hi ? gr + d : nullptr);
     }
     if (stream) _mm_sfence();
   }
