@@ -399,7 +399,7 @@ EXAMPLE = ROOT / "docs" / "benchmarks-example"
 # page -> (where its quotes of the example report begin, where they end,
 # whether only its table rows quote it).
 QUOTES_REPORT = {
-    "docs/torch-stable.md": ("## Measured", "\n(Before", True),
+    "docs/torch-stable.md": ("## Measured", "\n(Cold builds", True),
     "docs/benchmarks.md": ("* **Interleaved.**", "So each", False),
 }
 
