@@ -278,6 +278,30 @@ TIERKIT_ROW_INLINE typename W::F load_lanes(const T* p) {
   }
   return v;
 }
+// v's lanes rounded to bfloat16, the 16 bits in each 32-bit lane's low half:
+// round to nearest even, NaNs quieted (BFloat16's scalar conversion).
+template <typename W>
+TIERKIT_ROW_INLINE typename W::U bf16_rounded_bits(typename W::F v) {
+  typename W::U x;
+  __builtin_memcpy(&x, &v, sizeof(x));
+  const typename W::U hi = x >> 16;
+  const typename W::U rounded = (x + 0x7fffu + (hi & 1u)) >> 16;
+  const typename W::U nan = reinterpret_cast<typename W::U>(v != v);  // all ones where NaN
+  return (nan & (hi | 0x40u)) | (~nan & rounded);
+}
+// VCVTNEPS2BF16 (AVX512-BF16): bf16_rounded_bits' bits in one instruction,
+// but for subnormal inputs, which it flushes to zero; a block with one (an
+// op's result below 2^-126: rare) returns false and takes the integer lanes.
+// (VFPCLASSPS class 0x20: denormal; AVX512-DQ, which every AVX512-BF16 CPU has.)
+template <typename W>
+TIERKIT_ROW_INLINE bool bf16_native(typename W::F v, typename W::H& h) {
+  unsigned short subnormal;
+  asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal) : "v"(v));
+  if (subnormal) return false;
+  asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(v));
+  return true;
+}
+
 // v stored as T at p; `stream`: float with a non-temporal store, around
 // the cache (p aligned to the vector's bytes; row_streams says why the
 // 16-bit types store plainly).
@@ -293,28 +317,14 @@ TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) 
       __builtin_memcpy(p, &v, sizeof(v));
     }
   } else if constexpr (std::is_same_v<T, BFloat16>) {
+    typename W::H h;
     if constexpr (W::kNativeBf16) {
-      // VCVTNEPS2BF16 (AVX512-BF16): the integer lanes' bits below in one
-      // instruction, but for subnormal inputs, which it flushes to zero; a
-      // block with one (an op's result below 2^-126: rare) takes the lanes.
-      // (VFPCLASSPS class 0x20: denormal; AVX512-DQ, which every
-      // AVX512-BF16 CPU has.)
-      unsigned short subnormal;
-      asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal) : "v"(v));
-      if (!subnormal) {
-        typename W::H h;
-        asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(v));
+      if (bf16_native<W>(v, h)) {
         __builtin_memcpy(static_cast<void*>(p), &h, sizeof(h));
         return;
       }
     }
-    typename W::U x;
-    __builtin_memcpy(&x, &v, sizeof(x));
-    const typename W::U hi = x >> 16;
-    const typename W::U rounded = (x + 0x7fffu + (hi & 1u)) >> 16;
-    const typename W::U nan = reinterpret_cast<typename W::U>(v != v);  // all ones where NaN
-    const typename W::U b = (nan & (hi | 0x40u)) | (~nan & rounded);
-    const typename W::H h = __builtin_convertvector(b, typename W::H);
+    h = __builtin_convertvector(bf16_rounded_bits<W>(v), typename W::H);
     __builtin_memcpy(static_cast<void*>(p), &h, sizeof(h));
   } else {
     alignas(64) float f[W::kLanes];
@@ -323,33 +333,24 @@ TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) 
   }
 }
 // v rounded to T and read back as float, in registers where T is bfloat16
-// (store_lanes' integer rounding: the same bits, NaNs quieted, subnormals
-// kept); float16 through its converters; float as is.
+// (store_lanes' rounding: the same bits); float16 through its converters;
+// float as is.
 template <typename W, typename T>
 TIERKIT_ROW_INLINE typename W::F round_lanes(typename W::F v) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
   } else if constexpr (std::is_same_v<T, BFloat16>) {
-    if constexpr (W::kNativeBf16) {  // VCVTNEPS2BF16 and back, as store_lanes (subnormals: below)
-      unsigned short subnormal;
-      asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal) : "v"(v));
-      if (!subnormal) {
-        typename W::H h;
-        asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(v));
-        typename W::U u;
-        asm("vpmovzxwd %1, %0" : "=v"(u) : "v"(h));  // one instruction (see load_lanes)
-        const typename W::U b = u << 16;
-        typename W::F out;
-        __builtin_memcpy(&out, &b, sizeof(out));
-        return out;
-      }
+    typename W::U b;
+    if constexpr (W::kNativeBf16) {
+      typename W::H h;
+      if (bf16_native<W>(v, h))
+        asm("vpmovzxwd %1, %0" : "=v"(b) : "v"(h));  // one instruction (see load_lanes)
+      else
+        b = bf16_rounded_bits<W>(v);
+    } else {
+      b = bf16_rounded_bits<W>(v);
     }
-    typename W::U x;
-    __builtin_memcpy(&x, &v, sizeof(x));
-    const typename W::U hi = x >> 16;
-    const typename W::U rounded = (x + 0x7fffu + (hi & 1u)) >> 16;
-    const typename W::U nan = reinterpret_cast<typename W::U>(v != v);
-    const typename W::U b = ((nan & (hi | 0x40u)) | (~nan & rounded)) << 16;
+    b = b << 16;
     typename W::F out;
     __builtin_memcpy(&out, &b, sizeof(out));
     return out;
@@ -453,8 +454,7 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2(std::int64_t d, const Block& block, con
 // overlaps the next row's reads from memory, which the hardware prefetcher
 // does not start on its own across a long row (float32 rows of 8192 ran at
 // 0.54 of a copy in the two-statistics norm against 0.85 at 1024, an
-// AVX-512 Xeon). A
-// hint only: the results are the same.
+// AVX-512 Xeon). A hint only: the results are the same.
 template <typename W, typename Block, typename One, typename T = float>
 TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& one,
                                  const T* ahead = nullptr) {
