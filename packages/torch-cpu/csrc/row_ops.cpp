@@ -59,13 +59,18 @@ T* data(const at::Tensor& t) {
 }
 
 // Calls f(row_params<T or compute_t<T>>(params)): the parameters in x's dtype, or, in a
-// mixed call, in its compute type (params already converted by MixedRows::in).
+// mixed call, in its compute type (params already converted by MixedRows::in);
+// `round_normalized`: core's RowParams flag (round_normalized.h).
 template <typename T, std::size_t P, typename F>
-void with_params(const MixedRows& mixed, const Params<P>& params, const F& f) {
+void with_params(const MixedRows& mixed, const Params<P>& params, const F& f, bool round_normalized = false) {
+  const auto call = [&](auto p) {
+    p.round_normalized = round_normalized;
+    f(p);
+  };
   if (mixed.active)
-    f(row_params<tierkit::compute_t<T>>(params));
+    call(row_params<tierkit::compute_t<T>>(params));
   else
-    f(row_params<T>(params));
+    call(row_params<T>(params));
 }
 
 template <typename E>
@@ -76,12 +81,14 @@ struct CpuRows {
   using Ps = Params<P>;
   static constexpr c10::DeviceType kCpu = c10::DeviceType::CPU;
 
+  // `round_normalized`: x-hat rounded to x's dtype before the weight (round_normalized.h).
   static std::tuple<at::Tensor, at::Tensor> forward_as(const char* op, const at::Tensor& x_in,
-                                                       const Ps& params_in, double eps) {
+                                                       const Ps& params_in, double eps,
+                                                       bool round_normalized = false) {
     check_rows<E>(op, x_in, params_in, kCpu);
     const MixedRows mixed(x_in, params_in);
     if (mixed.converts_x()) {
-      auto [y, stats] = forward_as(op, mixed.in(x_in), mixed.in(params_in), eps);
+      auto [y, stats] = forward_as(op, mixed.in(x_in), mixed.in(params_in), eps, round_normalized);
       return {mixed.result(y), mixed.stats_out(stats)};
     }
     const Rows r = rows_of(x_in);
@@ -92,10 +99,13 @@ struct CpuRows {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
       using C = tierkit::compute_t<T>;
-      with_params<T>(mixed, params, [&](auto p) {
-        tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), p, eps, r.rows, r.d,
-                                         data<T>(y), data<C>(stats), AtenRowRunner{});
-      });
+      with_params<T>(
+          mixed, params,
+          [&](auto p) {
+            tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), p, eps, r.rows, r.d,
+                                             data<T>(y), data<C>(stats), AtenRowRunner{});
+          },
+          round_normalized);
     });
     return {y, stats};
   }
@@ -153,13 +163,14 @@ struct CpuRows {
   // h = x + residual rounded to the dtype, then the forward on h: one pass
   // per row. `h_out` is a fresh tensor (add_<name>) or residual itself (add_<name>_).
   static at::Tensor add_forward(const char* op, const at::Tensor& x_in, const at::Tensor& residual_in,
-                                const Ps& params_in, double eps, const at::Tensor& h_out) {
+                                const Ps& params_in, double eps, const at::Tensor& h_out,
+                                bool round_normalized = false) {
     check_rows<E>(op, x_in, params_in, kCpu);
     check_like(op, residual_in, "residual", x_in, "x");
     const MixedRows mixed(x_in, params_in);
     if (mixed.converts_x()) {
       const at::Tensor h = at::add(x_in, residual_in);  // rounded to the dtype, as the fused pass rounds it
-      at::Tensor y = std::get<0>(forward_as(op, h, params_in, eps));
+      at::Tensor y = std::get<0>(forward_as(op, h, params_in, eps, round_normalized));
       h_out.copy_(h);
       return y;
     }
@@ -173,11 +184,14 @@ struct CpuRows {
     dispatch(x, [&](auto tag) {
       using T = decltype(tag);
       using C = tierkit::compute_t<T>;
-      with_params<T>(mixed, params, [&](auto p) {
-        tierkit::kernels::row_add_forward<K>(static_cast<const T*>(x.const_data_ptr()),
-                                             static_cast<const T*>(residual.const_data_ptr()), p, eps, r.rows,
-                                             r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
-      });
+      with_params<T>(
+          mixed, params,
+          [&](auto p) {
+            tierkit::kernels::row_add_forward<K>(
+                static_cast<const T*>(x.const_data_ptr()), static_cast<const T*>(residual.const_data_ptr()),
+                p, eps, r.rows, r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
+          },
+          round_normalized);
     });
     if (!h.is_same(h_out)) h_out.copy_(h);
     return y;
@@ -198,51 +212,36 @@ struct CpuRows {
   }
 };
 
-template <typename K>
-std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x_in,
-                                                         const at::Tensor& residual_in,
-                                                         const at::Tensor& h_out, const at::Tensor& w_in,
+// round_normalized.h's forward over one entry's CpuRows (R): the op's own
+// forms with core's round_normalized flag set.
+template <typename R>
+std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x, const at::Tensor& residual,
+                                                         const at::Tensor& h_out, const at::Tensor& weight,
                                                          double eps) {
-  const Rows r = rows_of(x_in);
-  const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
-  at::Tensor y = fresh_like(x);
-  at::Tensor stats = at::empty(stats_shape(x, K::kStats), x.options().dtype(stats_dtype(x)));
-  at::Tensor h;
-  if (residual_in.defined()) h = h_out.defined() && h_out.is_contiguous() ? h_out : fresh_like(x);
-  dispatch(x, [&](auto tag) {
-    using T = decltype(tag);
-    using C = tierkit::compute_t<T>;
-    tierkit::kernels::RowParams<T> p{static_cast<const T*>(w.const_data_ptr()), nullptr};
-    p.round_normalized = true;
-    if (!residual_in.defined()) {
-      tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), p, eps, r.rows, r.d,
-                                       data<T>(y), data<C>(stats), AtenRowRunner{});
-      return;
-    }
-    const at::Tensor residual = residual_in.contiguous();
-    tierkit::kernels::row_add_forward<K>(static_cast<const T*>(x.const_data_ptr()),
-                                         static_cast<const T*>(residual.const_data_ptr()), p, eps, r.rows,
-                                         r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
-  });
-  if (h.defined() && h_out.defined()) {
-    if (h.is_same(h_out))
-      h_out.unsafeGetTensorImpl()
-          ->bump_version();  // written in place below the dispatcher: autograd must see it
-    else
-      h_out.copy_(h);
-    h = h_out;
-  }
+  using E = typename R::Entry;
+  typename R::Ps params;
+  params[0] = weight;
+  if (!residual.defined())
+    return {std::get<0>(R::forward_as(E::op_name(), x, params, eps, true)), at::Tensor()};
+  const at::Tensor h = h_out.defined() ? h_out : fresh_like(x);
+  at::Tensor y = R::add_forward(h_out.defined() ? E::add_inplace_name() : E::add_name(), x, residual, params,
+                                eps, h, true);
+  // A contiguous h_out is written below the dispatcher (a non-contiguous one through copy_): autograd must
+  // see it.
+  if (h_out.defined() && h_out.is_contiguous()) h_out.unsafeGetTensorImpl()->bump_version();
   return {y, h};
 }
 
 }  // namespace
 
-#define TIERKIT_ROUND_NORMALIZED(NAME, FUNCTOR, PARAMS, STATS)                                            \
-  template <>                                                                                             \
-  std::tuple<at::Tensor, at::Tensor> round_normalized_forward<tierkit::row_info::NAME>(                   \
-      const at::Tensor& x, const at::Tensor& residual, const at::Tensor& h_out, const at::Tensor& weight, \
-      double eps) {                                                                                       \
-    return round_normalized_rows<tierkit::kernels::FUNCTOR>(x, residual, h_out, weight, eps);             \
+#define TIERKIT_ROUND_NORMALIZED(NAME, FUNCTOR, PARAMS, STATS)                                             \
+  template <>                                                                                              \
+  std::tuple<at::Tensor, at::Tensor> round_normalized_forward<tierkit::row_info::NAME>(                    \
+      const at::Tensor& x, const at::Tensor& residual, const at::Tensor& h_out, const at::Tensor& weight,  \
+      double eps) {                                                                                        \
+    return round_normalized_rows<                                                                          \
+        CpuRows<RowEntry<tierkit::row_info::NAME, tierkit::kernels::FUNCTOR, PARAMS>>>(x, residual, h_out, \
+                                                                                       weight, eps);       \
   }
 TIERKIT_ROW_REDUCTIONS(TIERKIT_ROUND_NORMALIZED)
 #undef TIERKIT_ROUND_NORMALIZED
