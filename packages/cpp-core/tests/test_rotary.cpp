@@ -22,10 +22,32 @@ struct Case {
   std::int64_t b = 3, s = 5, d = 16, r = 12;  // x [b, s, d], tables [1, s, r] (broadcast over b)
 };
 
+// Rows on 64-byte boundaries (with d's bytes a multiple of 64), as the
+// streamed rows need (row_streams; TIERKIT_STREAMING_STORES=on in CTest).
 template <typename T>
-std::vector<T> random_of(std::size_t n, std::mt19937& g) {
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
+  template <typename U>
+  bool operator==(const Aligned64<U>&) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const Aligned64<U>&) const {
+    return false;
+  }
+};
+template <typename T>
+using Rows = std::vector<T, Aligned64<T>>;
+
+template <typename T>
+Rows<T> random_of(std::size_t n, std::mt19937& g) {
   std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<T> v(n);
+  Rows<T> v(n);
   for (auto& e : v) tierkit::store_compute(&e, static_cast<tierkit::compute_t<T>>(dist(g)));
   return v;
 }
@@ -43,7 +65,7 @@ RowTables<2> layout(const Case& c) {
 }
 
 template <typename T>
-long double at(const std::vector<T>& v, std::int64_t i) {
+long double at(const Rows<T>& v, std::int64_t i) {
   return static_cast<long double>(tierkit::load_compute(&v[static_cast<std::size_t>(i)]));
 }
 
@@ -53,7 +75,7 @@ void check_forward(bool interleaved, int threads) {
   std::mt19937 g(7);
   auto x = random_of<T>(c.b * c.s * c.d, g);
   auto cs = random_of<T>(c.s * c.r, g), sn = random_of<T>(c.s * c.r, g);
-  std::vector<T> y(x.size());
+  Rows<T> y(x.size());
   const T* tables[2] = {cs.data(), sn.data()};
   tierkit::kernels::row_map<Rotary>(x.data(), tables, layout(c), c.b * c.s, c.d, c.r, interleaved, false,
                                     y.data(), tierkit::kernels::PoolRunner{static_cast<unsigned>(threads)});
@@ -91,7 +113,7 @@ TEST(Rotary, TransposeIsTheAdjoint) {
   for (bool inter : {false, true}) {
     auto x = random_of<double>(c.b * c.s * c.d, g), gr = random_of<double>(c.b * c.s * c.d, g);
     auto cs = random_of<double>(c.s * c.r, g), sn = random_of<double>(c.s * c.r, g);
-    std::vector<double> rx(x.size()), rtg(x.size());
+    Rows<double> rx(x.size()), rtg(x.size());
     const double* tables[2] = {cs.data(), sn.data()};
     tierkit::kernels::row_map<Rotary>(x.data(), tables, layout(c), c.b * c.s, c.d, c.r, inter, false,
                                       rx.data());
@@ -108,7 +130,9 @@ TEST(Rotary, TransposeIsTheAdjoint) {
 
 // The vectorized pair loops give the scalar formula's bits (each element's
 // products and sum in the compute type, rounded once to T), written over x
-// (y == x) as into a separate y: head widths with and without a vector tail.
+// (y == x) as into a separate y: head widths with and without a vector tail
+// at 8 and 16 lanes, and rows of 64-byte multiples (streamed when the
+// suite runs with TIERKIT_STREAMING_STORES=on).
 template <typename T>
 void check_scalar_bits(bool interleaved, bool transpose, std::int64_t d, std::int64_t r) {
   using C = tierkit::compute_t<T>;
@@ -118,7 +142,7 @@ void check_scalar_bits(bool interleaved, bool transpose, std::int64_t d, std::in
   std::mt19937 g(11);
   auto x = random_of<T>(c.b * c.s * c.d, g);
   auto cs = random_of<T>(c.s * c.r, g), sn = random_of<T>(c.s * c.r, g);
-  std::vector<T> want(x.size());
+  Rows<T> want(x.size());
   const std::int64_t h = r / 2;
   for (std::int64_t row = 0; row < c.b * c.s; ++row) {
     const T *xr = x.data() + row * d, *cr = cs.data() + (row % c.s) * r, *sr = sn.data() + (row % c.s) * r;
@@ -134,19 +158,28 @@ void check_scalar_bits(bool interleaved, bool transpose, std::int64_t d, std::in
     }
   }
   const T* tables[2] = {cs.data(), sn.data()};
-  std::vector<T> y(x.size());
+  Rows<T> y(x.size());
   tierkit::kernels::row_map<Rotary>(x.data(), tables, layout(c), c.b * c.s, d, r, interleaved, transpose,
                                     y.data());
-  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(T))) << d << " " << r;
+  const auto what = [&] {
+    return ::testing::Message() << "d " << d << " r " << r << " interleaved " << interleaved << " transpose "
+                                << transpose << " element bytes " << sizeof(T);
+  };
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(T))) << what();
   tierkit::kernels::row_map<Rotary>(x.data(), tables, layout(c), c.b * c.s, d, r, interleaved, transpose,
                                     x.data());
-  EXPECT_EQ(0, std::memcmp(x.data(), want.data(), x.size() * sizeof(T))) << d << " " << r << " in place";
+  EXPECT_EQ(0, std::memcmp(x.data(), want.data(), x.size() * sizeof(T))) << what() << " in place";
 }
 
 TEST(Rotary, VectorLoopsGiveTheScalarBitsInPlaceOrNot) {
   for (bool inter : {false, true})
     for (bool transpose : {false, true})
-      for (auto [d, r] : {std::pair<std::int64_t, std::int64_t>{136, 128}, {80, 14}, {64, 64}}) {
+      for (auto [d, r] : {std::pair<std::int64_t, std::int64_t>{136, 128},
+                          {80, 14},
+                          {64, 64},
+                          {200, 180},
+                          {192, 96},
+                          {128, 128}}) {
         check_scalar_bits<float>(inter, transpose, d, r);
         check_scalar_bits<double>(inter, transpose, d, r);
         check_scalar_bits<tierkit::Half>(inter, transpose, d, r);
@@ -166,7 +199,7 @@ TEST(Rotary, RefusesAnOddOrTooWideWidth) {
 
 // RowTables::broadcast merges x's leading dims where the tables allow and
 // drops those of size 1, so x of any rank fits: each row's table offsets
-// equal the unmerged, row-major ones; more alternating runs than kMaxRank
+// equal the unmerged, row-major ones (offsets() and a Walk); more alternating runs than kMaxRank
 // are refused (false).
 TEST(RowTables, MergedLeadingDimsGiveEveryRowItsOffsets) {
   // x's leading dims (11 of them) and two tables: [2, 1, 3, 1, 1, 5, r]
@@ -210,6 +243,13 @@ TEST(RowTables, MergedLeadingDimsGiveEveryRowItsOffsets) {
     l.offsets(row, got);
     ASSERT_EQ(got[0], want[0]) << "row " << row;
     ASSERT_EQ(got[1], want[1]) << "row " << row;
+    // A walk from any row (the pools' chunks start anywhere) steps to the same offsets.
+    for (std::int64_t start : {std::int64_t{0}, row / 2, row}) {
+      RowTables<2>::Walk walk(l, start);
+      for (std::int64_t k = start; k < row; ++k) walk.next();
+      ASSERT_EQ(walk.off[0], want[0]) << "row " << row << " walked from " << start;
+      ASSERT_EQ(walk.off[1], want[1]) << "row " << row << " walked from " << start;
+    }
   }
   // Nine alternating runs: refused.
   const std::vector<std::int64_t> nine(9, 2);

@@ -18,6 +18,7 @@
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
 #include "tierkit/kernels.h"
+#include "tierkit/row_kernels.h"
 #include "tierkit/row_tables.h"
 
 namespace tierkit::kernels {
@@ -28,11 +29,56 @@ namespace tierkit::kernels {
 // pair. Columns from r on pass through.
 struct Rotary {
   static constexpr std::size_t kTables = 2;
-  // 16-bit rows go through float blocks of this many columns (every head_dim
-  // models use fits one): widened once, computed by the float loop (which the
-  // compiler vectorizes, as it does the conversion loops), narrowed once.
+  // 16-bit rows at the baseline level go through float blocks of this many
+  // columns (every head_dim models use fits one): widened once, computed by
+  // the float loop (which the compiler vectorizes, as it does the conversion
+  // loops), narrowed once. The vector levels widen in registers (RowVec).
   static constexpr std::int64_t kBlock = 1024;
 
+  // One pair (a, b) at (ia, ib): forward [ca a - sa b, sb a + cb b];
+  // transpose [ca a + sb b, cb b - sa a]. Every element of every path is
+  // these products and this sum in compute_t<T>, rounded once.
+  template <typename T, bool kTranspose>
+  static void pair(const T* x, const T* c, const T* s, std::int64_t ia, std::int64_t ib, T* y) {
+    using C = compute_t<T>;
+    const C a = load_compute(x + ia), b = load_compute(x + ib);
+    const C ca = load_compute(c + ia), cb = load_compute(c + ib);
+    const C sa = load_compute(s + ia), sb = load_compute(s + ib);
+    C ya, yb;
+    if constexpr (!kTranspose) {
+      ya = a * ca - b * sa;
+      yb = b * cb + a * sb;
+    } else {
+      ya = a * ca + b * sb;
+      yb = b * cb - a * sa;
+    }
+    store_compute(y + ia, ya);
+    store_compute(y + ib, yb);
+  }
+  // Pairs [lo, hi) of a row in its layout.
+  template <typename T, bool kTranspose>
+  static void pairs(const T* x, const T* c, const T* s, std::int64_t lo, std::int64_t hi, std::int64_t h,
+                    bool interleaved, T* y) {
+    // One loop per layout, each vectorized: a pair reads and writes only its
+    // own two columns, so no iteration feeds another, even with y == x.
+    if (interleaved) {
+      TIERKIT_VECTORIZE_LOOP
+      for (std::int64_t i = lo; i < hi; ++i) pair<T, kTranspose>(x, c, s, 2 * i, 2 * i + 1, y);
+    } else {
+      TIERKIT_VECTORIZE_LOOP
+      for (std::int64_t i = lo; i < hi; ++i) pair<T, kTranspose>(x, c, s, i, i + h, y);
+    }
+  }
+  template <typename T>
+  static void pairs(const T* x, const T* c, const T* s, std::int64_t lo, std::int64_t hi, std::int64_t h,
+                    bool interleaved, bool transpose, T* y) {
+    if (transpose)
+      pairs<T, true>(x, c, s, lo, hi, h, interleaved, y);
+    else
+      pairs<T, false>(x, c, s, lo, hi, h, interleaved, y);
+  }
+
+  // The row at the baseline level (and double's at every level).
   template <typename T>
   static void row(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r, bool interleaved,
                   bool transpose, T* y) {
@@ -56,53 +102,185 @@ struct Rotary {
 #endif
         TIERKIT_VECTORIZE_LOOP
         for (std::int64_t j = 0; j < r; ++j) store_compute(y + j, yf[j]);
-        if (y != x)
-          for (std::int64_t j = r; j < d; ++j) y[j] = x[j];
+        if (y != x) std::copy(x + r, x + d, y + r);
         return;
       }
     }
-    using C = compute_t<T>;
-    const std::int64_t h = r / 2;
-    // pair (a, b) at (ia, ib): forward [ca a - sa b, sb a + cb b]; transpose [ca a + sb b, cb b - sa a].
-    const auto pair = [&](std::int64_t ia, std::int64_t ib, auto transposed) {
-      const C a = load_compute(x + ia), b = load_compute(x + ib);
-      const C ca = load_compute(c + ia), cb = load_compute(c + ib);
-      const C sa = load_compute(s + ia), sb = load_compute(s + ib);
-      C ya, yb;
-      if constexpr (!decltype(transposed)::value) {
-        ya = a * ca - b * sa;
-        yb = b * cb + a * sb;
-      } else {
+    pairs(x, c, s, 0, r / 2, r / 2, interleaved, transpose, y);
+    if (y != x) std::copy(x + r, x + d, y + r);
+  }
+
+#ifdef TIERKIT_ROW_VEC
+  // The row at W's vector width (float and the 16-bit types at AVX2 and
+  // AVX-512), 16-bit lanes widened and rounded in registers: each element
+  // the scalar pair's products and sum (the interleaved layout's partner
+  // from a lane swap; x - y is x + (-y) in IEEE, so a sign flip of an exact
+  // product keeps the bits), so row()'s bits at every level. A row's tail is
+  // one more vector through zero-padded lanes, not pair(): GCC 12 fuses the
+  // interleaved scalar pairs, vectorized at these levels, into VFMADDSUB
+  // despite fp-contract=off (one rounding, not three). `stream`: y's full
+  // vectors stored non-temporally (float; rows aligned).
+  template <typename W, typename T>
+  struct RowVec {
+    using F = typename W::F;
+    using U = typename W::U;
+    static constexpr std::int64_t L = W::kLanes;
+
+    TIERKIT_ROW_INLINE static F load(const T* p) { return detail::load_lanes<W>(p); }
+    // Lanes [0, n) of p, the rest 0.
+    TIERKIT_ROW_INLINE static F load_part(const T* p, std::int64_t n) {
+      T b[L] = {};
+      std::copy(p, p + n, b);
+      return detail::load_lanes<W>(b);
+    }
+    TIERKIT_ROW_INLINE static void store_part(T* p, F v, std::int64_t n) {
+      T b[L];
+      detail::store_lanes<W>(b, v);
+      std::copy(b, b + n, p);
+    }
+    TIERKIT_ROW_INLINE static F swap_pairs(F v) {
+      U idx;
+      for (int k = 0; k < L; ++k) idx[k] = static_cast<std::uint32_t>(k ^ 1);
+      return __builtin_shuffle(v, idx);
+    }
+    // GPT-J pairs (2i, 2i + 1) in lanes: forward [a ca - b sa, b cb + a sb],
+    // transpose [a ca + b sb, b cb - a sa]; `sign` (-1, +1, ...) forward,
+    // (+1, -1, ...) transposed.
+    TIERKIT_ROW_INLINE static F gptj(F x, F c, F s, F sign, bool transpose) {
+      if (transpose) return x * c + swap_pairs(x * s) * sign;
+      return x * c + (swap_pairs(x) * sign) * s;
+    }
+    // NeoX halves: lanes of a (columns i..) and b (i + h..), as pair().
+    TIERKIT_ROW_INLINE static void neox(F a, F b, F ca, F cb, F sa, F sb, bool transpose, F& ya, F& yb) {
+      if (transpose) {
         ya = a * ca + b * sb;
         yb = b * cb - a * sa;
-      }
-      store_compute(y + ia, ya);
-      store_compute(y + ib, yb);
-    };
-    // One loop per layout and direction, each vectorized: a pair reads and
-    // writes only its own two columns, so no iteration feeds another, even
-    // with y == x (the compiler alone kept them scalar: six pointers that
-    // may alias, and the direction's branch inside).
-    const auto pairs = [&](auto transposed) {
-      if (interleaved) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t i = 0; i < h; ++i) pair(2 * i, 2 * i + 1, transposed);
       } else {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t i = 0; i < h; ++i) pair(i, i + h, transposed);
+        ya = a * ca - b * sa;
+        yb = b * cb + a * sb;
       }
-    };
-    if (transpose)
-      pairs(std::true_type{});
-    else
-      pairs(std::false_type{});
-    if (y != x)
-      for (std::int64_t j = r; j < d; ++j) y[j] = x[j];
-  }
+    }
+
+    TIERKIT_ROW_INLINE static void row(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r,
+                                       bool interleaved, bool transpose, T* y, bool stream) {
+      const std::int64_t h = r / 2;
+      if (interleaved) {
+        F sign;
+        for (int k = 0; k < L; ++k) sign[k] = ((k % 2 == 0) != transpose) ? -1.0f : 1.0f;
+        std::int64_t j = 0;
+        for (; j + L <= r; j += L)
+          detail::store_lanes<W>(y + j, gptj(load(x + j), load(c + j), load(s + j), sign, transpose), stream);
+        if (j < r) {
+          const std::int64_t n = r - j;
+          store_part(y + j,
+                     gptj(load_part(x + j, n), load_part(c + j, n), load_part(s + j, n), sign, transpose), n);
+        }
+      } else {
+        // y + i + h is a vector's boundary only where h is a whole number of vectors.
+        const bool aligned = stream && h % L == 0;
+        F ya, yb;
+        std::int64_t i = 0;
+        for (; i + L <= h; i += L) {
+          neox(load(x + i), load(x + i + h), load(c + i), load(c + i + h), load(s + i), load(s + i + h),
+               transpose, ya, yb);
+          detail::store_lanes<W>(y + i, ya, aligned);
+          detail::store_lanes<W>(y + i + h, yb, aligned);
+        }
+        if (i < h) {
+          const std::int64_t n = h - i;
+          neox(load_part(x + i, n), load_part(x + i + h, n), load_part(c + i, n), load_part(c + i + h, n),
+               load_part(s + i, n), load_part(s + i + h, n), transpose, ya, yb);
+          store_part(y + i, ya, n);
+          store_part(y + i + h, yb, n);
+        }
+      }
+      if (y != x) std::copy(x + r, x + d, y + r);
+    }
+  };
+#endif
 };
 
+namespace detail {
+
+// Rows [lo, hi) of x (rows of d) and y, row(x_row, table_rows, y_row) for
+// each, the tables' rows walked from the last row's (no division a row).
+template <std::size_t N, typename T, typename Row>
+TIERKIT_ROW_INLINE void walk_map_rows(const T* x, const T* const (&tables)[N], const RowTables<N>& layout,
+                                      std::int64_t d, std::int64_t lo, std::int64_t hi, T* y,
+                                      const Row& row) {
+  typename RowTables<N>::Walk walk(layout, lo);
+  const T* t[N];
+  for (std::int64_t i = lo; i < hi; ++i, walk.next()) {
+    for (std::size_t k = 0; k < N; ++k) t[k] = tables[k] + walk.off[k];
+    row(x + i * d, t, y + i * d);
+  }
+}
+
+// A map's rows at each SIMD level: the scalar rows (baseline; double
+// everywhere) and RowVec's at AVX2 and AVX-512, as the row kinds' copies.
+template <typename K, typename T>
+void map_rows_scalar(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
+                     std::int64_t d, std::int64_t r, bool interleaved, bool transpose, std::int64_t lo,
+                     std::int64_t hi, T* y) {
+  walk_map_rows(x, tables, layout, d, lo, hi, y, [&](const T* xr, const T* const(&t)[K::kTables], T* yr) {
+    K::row(xr, t[0], t[1], d, r, interleaved, transpose, yr);
+  });
+}
+#ifdef TIERKIT_ROW_VEC
+template <typename K, typename W, typename T>
+TIERKIT_ROW_INLINE void map_rows_vec(const T* x, const T* const (&tables)[K::kTables],
+                                     const RowTables<K::kTables>& layout, std::int64_t d, std::int64_t r,
+                                     bool interleaved, bool transpose, std::int64_t lo, std::int64_t hi, T* y,
+                                     bool stream) {
+  walk_map_rows(x, tables, layout, d, lo, hi, y,
+                [&](const T* xr, const T* const(&t)[K::kTables], T* yr) TIERKIT_ROW_LAMBDA {
+                  K::template RowVec<W, T>::row(xr, t[0], t[1], d, r, interleaved, transpose, yr, stream);
+                });
+  if (stream) _mm_sfence();
+}
+template <typename K, typename T, typename... A>
+TIERKIT_16_AVX2 __attribute__((flatten, optimize("fp-contract=off"))) void map_rows_avx2(A... a) {
+  map_rows_vec<K, RowWidth256, T>(a...);
+}
+template <typename K, typename T, typename W, typename... A>
+TIERKIT_16_AVX512
+    __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void
+    map_rows_avx512(A... a) {
+  map_rows_vec<K, W, T>(a...);
+}
+#endif
+template <typename K, typename T>
+void map_rows(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
+              std::int64_t d, std::int64_t r, bool interleaved, bool transpose, std::int64_t lo,
+              std::int64_t hi, T* y, bool stream) {
+#ifdef TIERKIT_ROW_VEC
+  if constexpr (!std::is_same_v<T, double>) {
+    if (cpu_has_16bit_simd()) {
+      using Tables = const T* const(&)[K::kTables];
+      using Layout = const RowTables<K::kTables>&;
+      if (simd_level() == SimdLevel::Avx512) {
+        if constexpr (std::is_same_v<T, BFloat16>)
+          if (cpu_has_avx512bf16_dq())
+            return map_rows_avx512<K, T, RowWidth512Bf16, const T*, Tables, Layout>(
+                x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
+        return map_rows_avx512<K, T, RowWidth512, const T*, Tables, Layout>(
+            x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
+      }
+      if (simd_level() == SimdLevel::Avx2)
+        return map_rows_avx2<K, T, const T*, Tables, Layout>(x, tables, layout, d, r, interleaved, transpose,
+                                                             lo, hi, y, stream);
+    }
+  }
+#endif
+  (void)stream;
+  map_rows_scalar<K>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y);
+}
+
+}  // namespace detail
+
 // y = K's map of x (C-contiguous, rows of d; y may be x exactly) with its
-// tables (each row's at tables.offsets), transposed when `transpose`.
+// tables (each row's at tables.offsets), transposed when `transpose`. y's
+// rows are streamed past the cache where the call outgrows it (row_streams).
 template <typename K, typename T, typename Runner = PoolRunner>
 void row_map(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
              std::int64_t rows, std::int64_t d, std::int64_t r, bool interleaved, bool transpose, T* y,
@@ -110,13 +288,9 @@ void row_map(const T* x, const T* const (&tables)[K::kTables], const RowTables<K
   if (rows <= 0 || d <= 0) return;
   check(r >= 0 && r % 2 == 0 && r <= d, "row_map: the width r (", r,
         ") must be even and at most the row's length (", d, ")");
-  const std::int64_t grain = std::max<std::int64_t>(1, detail::kGrain / d);
-  run(rows, grain, [&](std::int64_t lo, std::int64_t hi) {
-    std::int64_t off[K::kTables];
-    for (std::int64_t row = lo; row < hi; ++row) {
-      layout.offsets(row, off);
-      K::row(x + row * d, tables[0] + off[0], tables[1] + off[1], d, r, interleaved, transpose, y + row * d);
-    }
+  const bool stream = detail::row_streams(y, rows, d, 2);
+  run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
+    detail::map_rows<K>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
   });
 }
 

@@ -63,6 +63,30 @@ struct RowTables {
     return true;
   }
 
+  // Rows lo, lo + 1, ... in turn: each row's offsets (off) stepped from the
+  // last row's, where offsets() divides by every dim (rows of 128 elements
+  // spent a large share of their time there).
+  struct Walk {
+    const RowTables& layout;
+    std::int64_t index[kMaxRank] = {};
+    std::int64_t off[N] = {};
+    Walk(const RowTables& l, std::int64_t row) : layout(l) {
+      for (int k = l.rank - 1; k >= 0; --k) {
+        index[k] = row % l.shape[k];
+        row /= l.shape[k];
+        for (std::size_t t = 0; t < N; ++t) off[t] += index[k] * l.strides[t][k];
+      }
+    }
+    void next() {
+      for (int k = layout.rank - 1; k >= 0; --k) {
+        for (std::size_t t = 0; t < N; ++t) off[t] += layout.strides[t][k];
+        if (++index[k] < layout.shape[k]) return;
+        for (std::size_t t = 0; t < N; ++t) off[t] -= layout.strides[t][k] * layout.shape[k];
+        index[k] = 0;
+      }
+    }
+  };
+
   // Table t's offset for row `row` (row-major over the leading dims).
   void offsets(std::int64_t row, std::int64_t (&out)[N]) const {
     for (std::size_t t = 0; t < N; ++t) out[t] = 0;
