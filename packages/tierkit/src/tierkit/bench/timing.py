@@ -85,3 +85,31 @@ def inner_for(seconds_per_call_guess: float, budget: float = 0.02) -> int:
     """Calls per sample so one sample lasts about `budget` seconds. Every call
     costs at least a few microseconds of Python and dispatch, whatever n."""
     return max(1, int(budget / (seconds_per_call_guess + 5e-6)))
+
+
+def in_cache_seconds_per_unit(
+    at: Callable[[int], Callable[[], object]], small: int, large: int, reps: int
+) -> float:
+    """The compute roof's figure: seconds one unit of work (a row, an
+    element) takes on one thread with its operands in cache. ``at(k)`` is
+    the op on k units (slices of the measured operands, small enough for
+    the core's own caches); the figure is the median over repetitions of
+    (t(large) - t(small)) / (large - small), paired, so the per-call cost
+    of Python, the dispatcher and the thread pool drops out. Memory's roof
+    is the copy limit; an op whose in-cache speed times the threads is
+    below it is bound by its arithmetic there, and that speed is its roof.
+    None where the operands hold no two such sizes (large <= small)."""
+    import torch
+
+    if large <= small:
+        return None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fns = {"small": at(small), "large": at(large)}
+        probe = per_call(fns["large"], 3)
+        s = interleaved(fns, reps, inner_for(probe), warmup=2)
+    finally:
+        torch.set_num_threads(threads)
+    diffs = [b - a for a, b in zip(s["small"].seconds, s["large"].seconds, strict=True)]
+    return max(statistics.median(diffs), 1e-12) / (large - small)

@@ -6,7 +6,21 @@ from __future__ import annotations
 import json
 import textwrap
 
-from ._common import Config, Skip, need, not_measured, pick, table, target, thp_probe_rows, timed, timed_rows
+from ._common import (
+    ROOF_COLUMNS,
+    Config,
+    Skip,
+    need,
+    not_measured,
+    pick,
+    roof_cells,
+    roof_target,
+    table,
+    target,
+    thp_probe_rows,
+    timed,
+    timed_rows,
+)
 
 TITLE = "Gated activations: silu_mul and gelu_tanh_mul against eager, torch.compile and numpy"
 
@@ -18,7 +32,7 @@ PROBE = textwrap.dedent("""
     import numpy as np, torch, tierkit_torch, tierkit_bridge as tb
     import torch.nn.functional as F
     from tierkit.bench import stream_lib
-    from tierkit.bench.timing import inner_for, interleaved, paired_ratio
+    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio
     reps, sizes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
     K = np.longdouble(2) * np.sqrt(np.longdouble(2) / np.longdouble(np.pi))
     # Each gate: eager torch's expression, numpy's, and the exact value in
@@ -56,6 +70,12 @@ PROBE = textwrap.dedent("""
                     limit = "STREAM copy"
                     impls[limit] = stream.timer("copy", "fastest")
                 s = interleaved(impls, reps, inner_for(n * 3 * a.element_size() / 10e9))
+                compute = None
+                if limit:  # the compute roof: slices of a and b in a core's caches, per element
+                    k_of = lambda nbytes: min(n, nbytes // a.element_size())
+                    per = in_cache_seconds_per_unit(lambda k: lambda: ours(a[:k], b[:k]), k_of(64 << 10),
+                                                    k_of(256 << 10), reps)
+                    compute = per and per * n / torch.get_num_threads()
                 for impl, x in s.items():
                     if impl == limit:
                         continue
@@ -64,6 +84,11 @@ PROBE = textwrap.dedent("""
                            "seconds": x.seconds, "ours_over_theirs": paired_ratio(x, s[ref])}
                     if limit and impl == "torch op":
                         row["of_limit"] = paired_ratio(s[limit], x)
+                    if limit and impl == "torch op" and compute:
+                        row["compute_seconds"] = compute
+                        row["roof"] = "compute" if compute > s[limit].median else "memory"
+                        row["roof_of_limit"] = min(1.0, s[limit].median / compute)
+                        row["of_roof"] = max(row["of_limit"], compute / x.median)
                     rows.append(row)
         # Accuracy: the largest error over 2**20 inputs, per dtype, against the exact value.
         g = torch.Generator().manual_seed(1)
@@ -124,9 +149,26 @@ def markdown(results: dict) -> list[str]:
             f"**{op}** (eager: `{EAGER[op]}`)",
             "",
             table(
-                ["impl", "dtype", "n", "time", "tierkit's speed-up over it", "of the copy limit"],
                 [
-                    [r["impl"], r["dtype"], f"{r['n']:,}", timed(r), f"{r['ours_over_theirs']:.2f}x", ""]
+                    "impl",
+                    "dtype",
+                    "n",
+                    "time",
+                    "tierkit's speed-up over it",
+                    "of the copy limit",
+                    *ROOF_COLUMNS,
+                ],
+                [
+                    [
+                        r["impl"],
+                        r["dtype"],
+                        f"{r['n']:,}",
+                        timed(r),
+                        f"{r['ours_over_theirs']:.2f}x",
+                        "",
+                        "",
+                        "",
+                    ]
                     for r in rows
                     if r["impl"] not in ("torch op", "bridge")
                 ]
@@ -138,6 +180,7 @@ def markdown(results: dict) -> list[str]:
                         timed(r),
                         "—",
                         f"{r['of_limit']:.2f}" if "of_limit" in r else "",
+                        *roof_cells(r),
                     ]
                     for r in rows
                     if r["impl"] in ("torch op", "bridge")
@@ -187,10 +230,10 @@ def _targets(op: str, results: dict) -> list[dict]:
                     out.append(not_measured(name, factor, "--quick compiles no torch.compile peer"))
             r = pick(rows, impl="torch op", n=n, dtype=dtype)
             if n >= 16_000_000 and r and "of_limit" in r[0]:  # beyond the caches
-                frac = round(r[0]["of_limit"], 2)
+                # float32 0.8; bfloat16 0.7 (its lanes widen and narrow: the performance issue's goal)
                 out.append(
-                    target(
-                        f"torch op {op} >= 0.8 x the copy limit at n={n:.2g}, {dtype}", 0.8, frac, frac >= 0.8
+                    roof_target(
+                        f"torch op {op}", 0.8 if dtype == "float32" else 0.7, r[0], f"n={n:.2g}, {dtype}"
                     )
                 )
         r = pick(rows, impl="numpy", n=n, dtype="float32")
