@@ -89,7 +89,7 @@ def inner_for(seconds_per_call_guess: float, budget: float = 0.02) -> int:
 
 def in_cache_seconds_per_unit(
     at: Callable[[int], Callable[[], object]], small: int, large: int, reps: int
-) -> float:
+) -> float | None:
     """The compute roof's figure: seconds one unit of work (a row, an
     element) takes on one thread with its operands in cache. ``at(k)`` is
     the op on k units (slices of the measured operands, small enough for
