@@ -291,23 +291,25 @@ TEST(Kernels, CustomRunnerDecidesTheSplit) {
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], 3.0f * x[i] + 0.5f);
 }
 
-// The rule behind map_contiguous's streaming stores: float and double only
-// (the 16-bit loops store through their conversion blocks), never for an
-// empty loop, and from streaming_threshold() bytes moved (inputs and
-// output), which TIERKIT_STREAMING_STORES=on makes 0 (CTest's
-// ContiguousKernels.streaming_stores runs the kernels so).
-TEST(StreamingStores, OnlyFloatAndDoubleFromTheThreshold) {
-  EXPECT_FALSE(k::streaming_stores<Half>(std::int64_t{1} << 40, 3));
-  EXPECT_FALSE(k::streaming_stores<BFloat16>(std::int64_t{1} << 40, 3));
+// The rule behind map_contiguous's streaming stores: never for an empty
+// loop, from streaming_threshold() bytes moved (inputs and output), which
+// TIERKIT_STREAMING_STORES=on makes 0 (CTest's
+// ContiguousKernels.streaming_stores runs the kernels so); the 16-bit types
+// by their bytes too, where their vector loops run.
+TEST(StreamingStores, FromTheThresholdByBytes) {
   EXPECT_FALSE(k::streaming_stores<float>(0, 3));
+  EXPECT_FALSE(k::streaming_stores<BFloat16>(0, 3));
   const std::size_t t = k::streaming_threshold();
   if (t == SIZE_MAX || !k::streaming_stores<float>(std::int64_t{1} << 40, 3))
     GTEST_SKIP() << "no streaming here";
   const auto n = static_cast<std::int64_t>(t / (3 * sizeof(float)));
   EXPECT_TRUE(k::streaming_stores<float>(n + 1, 3));
   EXPECT_TRUE(k::streaming_stores<double>(n / 2 + 1, 3));
+  EXPECT_EQ(k::streaming_stores<BFloat16>(2 * n + 2, 3), k::detail::cpu_has_16bit_simd());
+  EXPECT_EQ(k::streaming_stores<Half>(2 * n + 2, 3), k::detail::cpu_has_16bit_simd());
   if (t > 0) {
     EXPECT_FALSE(k::streaming_stores<float>(n / 2, 3));
+    EXPECT_FALSE(k::streaming_stores<BFloat16>(n, 3));
   }
   const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
   if (mode && std::string(mode) == "on") {
@@ -317,20 +319,29 @@ TEST(StreamingStores, OnlyFloatAndDoubleFromTheThreshold) {
 
 // In place, at every offset of `out` from a 64-byte boundary (the loop's
 // scalar head) and lengths with and without a scalar tail after its
-// 256-byte blocks.
-TEST(StreamingStores, InPlaceAtEveryAlignment) {
-  for (std::int64_t offset = 0; offset < 16; ++offset) {
+// blocks; the 16-bit loops' whole-line blocks (32 elements a line) too.
+template <typename T>
+void streamed_in_place_at_every_alignment() {
+  using C = tierkit::compute_t<T>;
+  const std::int64_t line = 64 / static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t offset = 0; offset < line; ++offset) {
     for (std::int64_t n :
          {std::int64_t{1}, std::int64_t{1023}, std::int64_t{1024 + 17}, std::int64_t{5000}}) {
-      auto x = random_values<float>(static_cast<std::size_t>(offset + n), 11);
+      auto x = random_values<T>(static_cast<std::size_t>(offset + n), 11);
       const auto before = x;
-      k::scale_shift(x.data() + offset, 2.0f, 1.0f, x.data() + offset, n);
+      k::scale_shift(x.data() + offset, C(2), C(1), x.data() + offset, n);
       for (std::int64_t i = 0; i < offset + n; ++i) {
-        const float want = i < offset ? before[i] : 2.0f * before[i] + 1.0f;
-        ASSERT_TRUE(same_bits(x[i], want)) << offset << " " << n << " " << i;
+        T want = before[static_cast<std::size_t>(i)];
+        if (i >= offset) tierkit::store_compute(&want, C(2) * tierkit::load_compute(&want) + C(1));
+        ASSERT_TRUE(same_bits(x[static_cast<std::size_t>(i)], want)) << offset << " " << n << " " << i;
       }
     }
   }
+}
+TEST(StreamingStores, InPlaceAtEveryAlignment) {
+  streamed_in_place_at_every_alignment<float>();
+  streamed_in_place_at_every_alignment<tierkit::BFloat16>();
+  streamed_in_place_at_every_alignment<tierkit::Half>();
 }
 
 // An op that declares an inner function of its first input (has_inner): the
