@@ -174,6 +174,18 @@ struct RmsNormRowsVec {
   // w in float (RowParams arrive in the compute type).
   TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, float rs, std::int64_t d, T* y,
                                        bool stream = false, bool round = false, const T* ahead = nullptr) {
+    if constexpr (sizeof(T) == 2) {
+      if (stream) {  // whole lines around the cache (row_streams)
+        StreamRow<T> row;
+        scale_to(x, w, rs, d, row.p, false, round, ahead);
+        stream_row<W>(row.p, y, d);
+        return;
+      }
+    }
+    scale_to(x, w, rs, d, y, stream, round, ahead);
+  }
+  TIERKIT_ROW_INLINE static void scale_to(const T* x, const float* w, float rs, std::int64_t d, T* y,
+                                          bool stream, bool round, const T* ahead) {
     const V r = splat<W>(rs);
     if (w && round) {  // y = T(T(x * rstd) * w), as RmsNormRows::scale
       vec_each<W>(
@@ -474,6 +486,18 @@ struct LayerNormRowsVec {
   // (RowParams arrive in the compute type).
   TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, const float* b, float mean, float rs,
                                        std::int64_t d, T* y, bool stream, const T* ahead = nullptr) {
+    if constexpr (sizeof(T) == 2) {
+      if (stream) {  // whole lines around the cache (row_streams)
+        StreamRow<T> row;
+        scale_to(x, w, b, mean, rs, d, row.p, false, ahead);
+        stream_row<W>(row.p, y, d);
+        return;
+      }
+    }
+    scale_to(x, w, b, mean, rs, d, y, stream, ahead);
+  }
+  TIERKIT_ROW_INLINE static void scale_to(const T* x, const float* w, const float* b, float mean, float rs,
+                                          std::int64_t d, T* y, bool stream, const T* ahead) {
     const V M = splat<W>(mean), R = splat<W>(rs);
     const auto one = [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
       float v = (load_compute(x + j) - mean) * rs;  // LayerNormRows::affine's order

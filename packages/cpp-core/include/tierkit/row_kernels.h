@@ -360,6 +360,30 @@ TIERKIT_ROW_INLINE typename W::F round_lanes(typename W::F v) {
     return load_lanes<W>(t);
   }
 }
+// The widest 16-bit row the vector rows stream (row_streams): its forward
+// output is computed into a stack row of this many elements, then leaves a
+// line at a time (stream_row).
+inline constexpr std::int64_t kStreamRow16 = 8192;
+// That stack row, as raw storage: T's default constructor would zero all
+// kStreamRow16 elements on every row (a rotary row of 128 ran 4.7x slower).
+template <typename T>
+struct StreamRow {
+  alignas(64) unsigned char bytes[kStreamRow16 * sizeof(T)];
+  T* const p = reinterpret_cast<T*>(bytes);
+};
+// d elements of `row` (64-byte aligned) to `out` (64-byte aligned, d's
+// bytes a multiple of 64) with non-temporal stores of W's width: whole
+// lines, where a 16-bit block's own store is half a line or a quarter.
+template <typename W, typename T>
+TIERKIT_ROW_INLINE void stream_row(const T* row, T* out, std::int64_t d) {
+  using U = typename W::U;
+  constexpr std::int64_t kStep = static_cast<std::int64_t>(sizeof(U) / sizeof(T));
+  for (std::int64_t j = 0; j < d; j += kStep) {
+    U v;
+    __builtin_memcpy(&v, row + j, sizeof(v));
+    asm volatile("vmovntdq %1, %0" : "=m"(*reinterpret_cast<U*>(out + j)) : "v"(v));
+  }
+}
 // A block of float partial sums (the parameters' gradients) += v.
 template <typename W>
 TIERKIT_ROW_INLINE void add_lanes(float* p, typename W::F v) {
@@ -580,25 +604,29 @@ inline std::int64_t row_grain(std::int64_t d) {
 }
 
 // Whether an output `out` of rows of d, in a kernel over `operands` such
-// arrays, is written with non-temporal stores: float only (as the pointwise
-// loops: streaming_stores), at the vector levels, where the call's arrays
-// outgrow the cache (the whole call against streaming_threshold()'s
-// per-thread share: the pools hand rows out in small chunks) and every row
-// starts on a 64-byte boundary (out aligned, d's bytes a multiple of 64: no
-// row has a head or tail to store plainly). Measured on two Zen 4 cores
-// (core's pool, [4096, 4096], medians of 15): float32 rms_norm 6.17 ms with
-// ordinary stores, which read each line first, 4.84 ms streamed; bfloat16
-// 3.37 ms ordinary, 4.02 streamed (its half-line 16-bit stores write
-// combine worse, and its rows are bound by the conversions, not memory).
+// arrays, is written with non-temporal stores: float and the 16-bit types
+// (not double), at the vector levels, where the call's arrays outgrow the
+// cache (the whole call against streaming_threshold()'s per-thread share:
+// the pools hand rows out in small chunks) and every row starts on a 64-byte
+// boundary (out aligned, d's bytes a multiple of 64: no row has a head or
+// tail to store plainly). Measured on two Zen 4 cores (core's pool,
+// [4096, 4096], medians of 15): float32 rms_norm 6.17 ms with ordinary
+// stores, which read each line first, 4.84 ms streamed; bfloat16 3.37 ms
+// ordinary, 4.02 streamed when each 16-bit block streamed its own half line.
+// So 16-bit rows (d <= kStreamRow16) are computed into a stack row and leave
+// a whole line at a time (stream_row), and only the forward outputs stream
+// (the row kinds' scale, the row maps); a 16-bit backward's dx stores
+// plainly.
 template <typename T>
 bool row_streams(const T* out, std::int64_t rows, std::int64_t d, std::size_t operands) {
 #ifdef TIERKIT_ROW_VEC
-  if constexpr (!std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, double>) {
     (void)out, (void)rows, (void)d, (void)operands;
     return false;
   } else {
     const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
-    return out && rows > 0 && d > 0 && reinterpret_cast<std::uintptr_t>(out) % 64 == 0 &&
+    return out && rows > 0 && d > 0 && (sizeof(T) == 4 || d <= kStreamRow16) &&
+           reinterpret_cast<std::uintptr_t>(out) % 64 == 0 &&
            (static_cast<std::size_t>(d) * sizeof(T)) % 64 == 0 &&
            static_cast<std::size_t>(rows) * static_cast<std::size_t>(d) * sizeof(T) * operands / threads >=
                streaming_threshold() &&

@@ -163,6 +163,18 @@ struct Rotary {
 
     TIERKIT_ROW_INLINE static void row(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r,
                                        bool interleaved, bool transpose, T* y, bool stream) {
+      if constexpr (sizeof(T) == 2) {
+        if (stream) {  // whole lines around the cache (detail::row_streams)
+          detail::StreamRow<T> buf;
+          row_to(x, c, s, d, r, interleaved, transpose, buf.p, false);
+          detail::stream_row<W>(buf.p, y, d);
+          return;
+        }
+      }
+      row_to(x, c, s, d, r, interleaved, transpose, y, stream);
+    }
+    TIERKIT_ROW_INLINE static void row_to(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r,
+                                          bool interleaved, bool transpose, T* y, bool stream) {
       const std::int64_t h = r / 2;
       if (interleaved) {
         F sign;
