@@ -113,3 +113,16 @@ def in_cache_seconds_per_unit(
         torch.set_num_threads(threads)
     diffs = [b - a for a, b in zip(s["small"].seconds, s["large"].seconds, strict=True)]
     return max(statistics.median(diffs), 1e-12) / (large - small)
+
+
+def roof_fields(limit_seconds: float, compute_seconds: float, seconds: float, of_limit: float) -> dict:
+    """A row's roof: the limit's time for the op's bytes (``limit_seconds``)
+    against its in-cache time on every thread (``compute_seconds``, from
+    in_cache_seconds_per_unit); ``of_roof`` the op's median ``seconds``
+    against the lower roof, ``of_limit`` where memory's is."""
+    return {
+        "compute_seconds": compute_seconds,
+        "roof": "compute" if compute_seconds > limit_seconds else "memory",
+        "roof_of_limit": min(1.0, limit_seconds / compute_seconds),
+        "of_roof": max(of_limit, compute_seconds / seconds),
+    }

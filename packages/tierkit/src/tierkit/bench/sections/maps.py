@@ -32,7 +32,7 @@ PROBE = textwrap.dedent("""
     import torch, tierkit_torch
     from tierkit_core.op_table import ROW_MAPS
     from tierkit.bench import stream_lib
-    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio
+    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
     reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
 
     def rotate_half(v):
@@ -82,10 +82,7 @@ PROBE = textwrap.dedent("""
                         if limit and impl == "torch op":
                             row["of_limit"] = paired_ratio(t[limit], x)
                         if limit and impl == "torch op" and compute:
-                            row["compute_seconds"] = compute
-                            row["roof"] = "compute" if compute > t[limit].median else "memory"
-                            row["roof_of_limit"] = min(1.0, t[limit].median / compute)
-                            row["of_roof"] = max(row["of_limit"], compute / x.median)
+                            row.update(roof_fields(t[limit].median, compute, x.median, row["of_limit"]))
                     rows.append(row)
     print(json.dumps(rows))
 """)

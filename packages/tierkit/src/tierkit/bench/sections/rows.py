@@ -34,7 +34,7 @@ PROBE = textwrap.dedent("""
     import torch.nn.functional as F
     from tierkit_core.op_table import ROW_REDUCTIONS
     from tierkit.bench import ort_peer, stream_lib
-    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio
+    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
     reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
     # Passes over memory, in arrays of x's size: forward reads x, writes y; the fused add reads x and r,
     # writes y and h; forward + backward adds dy and x read, dx written (rstd and the weights: a row's
@@ -151,11 +151,8 @@ PROBE = textwrap.dedent("""
                             row["passes"] = PASSES[kind]
                             row["of_limit"] = paired_ratio(s[limit], t) * PASSES[kind] / 2
                             if impl in compute:  # the roof: the lower of memory's and the op's in-cache speed
-                                row["compute_seconds"] = compute[impl]
-                                row["roof"] = ("compute" if compute[impl] > s[limit].median * PASSES[kind] / 2
-                                               else "memory")
-                                row["roof_of_limit"] = min(1.0, s[limit].median * PASSES[kind] / 2 / compute[impl])
-                                row["of_roof"] = max(row["of_limit"], compute[impl] / t.median)
+                                row.update(roof_fields(s[limit].median * PASSES[kind] / 2, compute[impl], t.median,
+                                                       row["of_limit"]))
                     rows.append(row)
     print(json.dumps(rows))
 """)

@@ -32,7 +32,7 @@ PROBE = textwrap.dedent("""
     import numpy as np, torch, tierkit_torch, tierkit_bridge as tb
     import torch.nn.functional as F
     from tierkit.bench import stream_lib
-    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio
+    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
     reps, sizes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
     K = np.longdouble(2) * np.sqrt(np.longdouble(2) / np.longdouble(np.pi))
     # Each gate: eager torch's expression, numpy's, and the exact value in
@@ -85,10 +85,7 @@ PROBE = textwrap.dedent("""
                     if limit and impl == "torch op":
                         row["of_limit"] = paired_ratio(s[limit], x)
                     if limit and impl == "torch op" and compute:
-                        row["compute_seconds"] = compute
-                        row["roof"] = "compute" if compute > s[limit].median else "memory"
-                        row["roof_of_limit"] = min(1.0, s[limit].median / compute)
-                        row["of_roof"] = max(row["of_limit"], compute / x.median)
+                        row.update(roof_fields(s[limit].median, compute, x.median, row["of_limit"]))
                     rows.append(row)
         # Accuracy: the largest error over 2**20 inputs, per dtype, against the exact value.
         g = torch.Generator().manual_seed(1)
