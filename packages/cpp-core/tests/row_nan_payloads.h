@@ -31,32 +31,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "row_test_values.h"
 #include "tierkit/row_functors.h"
 
 namespace row_nan_payloads {
 
 namespace k = tierkit::kernels;
-template <typename T>
-using C = tierkit::compute_t<T>;
+using namespace row_test_values;
 
-template <typename T>
-std::uint64_t bits(const T& v) {
-  std::uint64_t u = 0;
-  std::memcpy(&u, &v, sizeof(T));
-  return u;
-}
-template <typename T>
-T from_bits(std::uint64_t u) {
-  T v{};
-  std::memcpy(static_cast<void*>(&v), &u, sizeof(T));  // little-endian: T's bytes are u's low ones
-  return v;
-}
-template <typename T>
-T to_t(double v) {
-  T out;
-  tierkit::store_compute(&out, static_cast<C<T>>(v));
-  return out;
-}
 template <typename T>
 bool is_nan(const T& v) {
   return std::isnan(static_cast<double>(tierkit::load_compute(&v)));
@@ -90,9 +72,9 @@ std::set<std::uint64_t> allowed_nans(const std::vector<const std::vector<T>*>& i
         } else {
           u = static_cast<U>(tierkit::load_compute(&e));  // U is T's compute type
         }
-        out.insert(bits(u));
+        out.insert(bits_of(u));
       }
-  for (bool neg : {false, true}) out.insert(bits(quiet_nan<U>(0, neg)));
+  for (bool neg : {false, true}) out.insert(bits_of(quiet_nan<U>(0, neg)));
   return out;
 }
 
@@ -120,16 +102,16 @@ Tally compare(const std::vector<U>& got, const std::vector<U>& scalar, const std
     std::string kind;
     if (g != s) {
       ++t.nan_mask, kind = "NaN mask";
-    } else if (!g && bits(got[i]) != bits(scalar[i])) {
+    } else if (!g && bits_of(got[i]) != bits_of(scalar[i])) {
       ++t.other_bits, kind = "value bits";
-    } else if (g && bits(got[i]) != bits(scalar[i])) {
+    } else if (g && bits_of(got[i]) != bits_of(scalar[i])) {
       ++t.payload, kind = "NaN payload";
     }
-    if (g && !allowed.count(bits(got[i]))) ++t.foreign, kind = "foreign NaN";
+    if (g && !allowed.count(bits_of(got[i]))) ++t.foreign, kind = "foreign NaN";
     if (!kind.empty() && t.first.empty()) {
       std::ostringstream m;
-      m << what << "[" << i << "]: " << kind << ", dispatched 0x" << std::hex << bits(got[i]) << " scalar 0x"
-        << bits(scalar[i]);
+      m << what << "[" << i << "]: " << kind << ", dispatched 0x" << std::hex << bits_of(got[i])
+        << " scalar 0x" << bits_of(scalar[i]);
       t.first = m.str();
     }
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "row_nan_payloads.h"
+#include "row_test_values.h"
 #include "tierkit/row_functors.h"
 
 using tierkit::BFloat16;
@@ -27,25 +28,8 @@ namespace k = tierkit::kernels;
 
 namespace {
 
-template <typename T>
-using C = compute_t<T>;
+using namespace row_test_values;
 
-template <typename T>
-long double ld(const T& v) {
-  return static_cast<long double>(tierkit::load_compute(&v));
-}
-template <typename T>
-T to_t(long double v) {
-  T out;
-  tierkit::store_compute(&out, static_cast<C<T>>(v));
-  return out;
-}
-template <typename T>
-std::uint64_t bits_of(const T& v) {
-  std::uint64_t u = 0;
-  std::memcpy(&u, &v, sizeof(T));
-  return u;
-}
 template <typename V>
 std::vector<std::uint64_t> as_bits(const V& v) {
   std::vector<std::uint64_t> b;

@@ -8,17 +8,13 @@ import numpy as np
 import pytest
 import tierkit_bridge as tb
 from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS
+from tierkit_core.op_testing import dtype_pairs
 
 CASES = [(e, m) for e in ROW_REDUCTIONS if e.casting for m in CASTING_MODES]
 CASTING = pytest.mark.parametrize(("entry", "mode"), CASES, ids=[f"{e.name}-{m.name}" for e, m in CASES])
-DTYPES = [
-    (np.float32, np.float32),
-    (np.float64, np.float64),
-    (np.float16, np.float16),
-    (np.float16, np.float32),
-    (np.float32, np.float16),
-    (np.float32, np.float64),
-]
+DTYPES = dtype_pairs(
+    "float32/float32 float64/float64 float16/float16 float16/float32 float32/float16 float32/float64", np
+)
 
 
 def compute(*dtypes):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tierkit_bridge as tb
 from numpy_reference import ARITY, BRIDGE, NUMPY, call, tolerance, ulps
-from tierkit_core.op_testing import evaluate
+from tierkit_core.op_testing import dtype_pairs, evaluate
 
 try:
     import torch
@@ -93,18 +93,11 @@ def test_broadcast_into_out(rng):
     np.testing.assert_array_equal(x, want)
 
 
-DTYPE_PAIRS = [
-    (np.float32, np.float64),
-    (np.float16, np.float32),
-    (np.float16, np.float64),
-    (np.int32, np.float32),
-    (np.int8, np.float16),
-    (np.int16, np.float16),
-    (np.int64, np.float32),
-    (np.uint8, np.float32),
-    (np.bool_, np.float32),
-    (np.float32, np.int64),
-]
+DTYPE_PAIRS = dtype_pairs(
+    "float32/float64 float16/float32 float16/float64 int32/float32 int8/float16 int16/float16 int64/float32"
+    " uint8/float32 bool_/float32 float32/int64",
+    np,
+)
 
 
 @pytest.mark.parametrize("op", list(OPS))

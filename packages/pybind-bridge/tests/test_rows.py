@@ -8,6 +8,7 @@ import pytest
 import tierkit_bridge as tb
 from numpy_reference import row_reference
 from tierkit_core.op_table import ROW_REDUCTIONS
+from tierkit_core.op_testing import dtype_pairs
 
 ENTRIES = pytest.mark.parametrize("entry", ROW_REDUCTIONS, ids=[e.name for e in ROW_REDUCTIONS])
 
@@ -48,13 +49,7 @@ def test_matches_extended_precision(entry, dtype, shape):
         assert np.abs(got.astype(np.longdouble) - want).max() <= ulp, params
 
 
-MIXED = [
-    (np.float16, np.float32),
-    (np.float32, np.float64),
-    (np.float64, np.float32),
-    (np.float16, np.float64),
-    (np.float32, np.float16),
-]
+MIXED = dtype_pairs("float16/float32 float32/float64 float64/float32 float16/float64 float32/float16", np)
 
 
 @ENTRIES

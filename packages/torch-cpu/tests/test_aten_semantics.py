@@ -14,6 +14,7 @@ import importlib.util
 import pytest
 import torch
 from tierkit_core.op_table import ROW_REDUCTIONS, find
+from tierkit_core.op_testing import dtype_pairs
 from tierkit_torch_common import testing
 
 NAMESPACES = ["tierkit"]
@@ -351,14 +352,11 @@ def test_only_what_the_derivative_needs_is_saved(ns, op):
 
 # ---- the row reductions with parameters of another float dtype, as aten's norms ----
 
-MIXED = [
-    (torch.bfloat16, torch.float32),  # the autocast block: bfloat16 activations, float32 weights
-    (torch.float16, torch.float32),
-    (torch.float16, torch.bfloat16),
-    (torch.float32, torch.float64),
-    (torch.float64, torch.float32),
-    (torch.float32, torch.bfloat16),
-]
+# bfloat16/float32 first: the autocast block, bfloat16 activations with float32 weights.
+MIXED = dtype_pairs(
+    "bfloat16/float32 float16/float32 float16/bfloat16 float32/float64 float64/float32 float32/bfloat16",
+    torch,
+)
 MIXED_IDS = [f"{str(a)[6:]}-x-{str(b)[6:]}-params" for a, b in MIXED]
 ROWS = pytest.mark.parametrize("entry", ROW_REDUCTIONS, ids=[e.name for e in ROW_REDUCTIONS])
 

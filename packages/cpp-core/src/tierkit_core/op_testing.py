@@ -18,6 +18,7 @@ from tierkit_core.op_table import FORMULA_FUNCTIONS, RowReduction, find
 __all__ = [
     "ROW_FUNCTIONS",
     "TEST_SCALARS",
+    "dtype_pairs",
     "evaluate",
     "evaluate_row",
     "numpy_functions",
@@ -34,6 +35,18 @@ TEST_SCALARS: Mapping[str, float] = {"alpha": 1.75, "beta": -0.5, "c": 0.25}
 def scalar_values(op: str) -> list[float]:
     """The entry's float arguments, in schema order, with the test values."""
     return [TEST_SCALARS.get(s, 0.5) for s in find(op).scalars]
+
+
+def dtype_pairs(spec: str, library: Any) -> list[tuple[Any, Any]]:
+    """Pairs of dtypes written as text, ``"float16/float32 float32/float64"``,
+    as the library's dtypes (numpy or torch, passed in: core imports
+    neither): the mixed-dtype cases each tier's suites walk, one line each
+    instead of a hand-written table per suite."""
+    pairs = []
+    for pair in spec.split():
+        a, b = pair.split("/")
+        pairs.append((getattr(library, a), getattr(library, b)))
+    return pairs
 
 
 def numpy_functions(np: Any) -> dict[str, Callable[..., Any]]:

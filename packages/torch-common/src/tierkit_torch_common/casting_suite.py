@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS, RowReduction
+from tierkit_core.op_testing import dtype_pairs
 
 from .row_suite import err, make, reference
 
@@ -42,15 +43,11 @@ _ENTRIES = [e for e in ROW_REDUCTIONS if e.casting]
 _CASES = [(e, m.name) for e in _ENTRIES for m in CASTING_MODES]
 CASTING = pytest.mark.parametrize(("entry", "mode"), _CASES, ids=[f"{e.name}-{m}" for e, m in _CASES])
 
-DTYPES = [
-    (torch.float32, torch.float32),
-    (torch.float64, torch.float64),
-    (torch.float16, torch.float16),
-    (torch.bfloat16, torch.bfloat16),
-    (torch.bfloat16, torch.float32),
-    (torch.float16, torch.bfloat16),
-    (torch.float32, torch.bfloat16),
-]
+DTYPES = dtype_pairs(
+    "float32/float32 float64/float64 float16/float16 bfloat16/bfloat16 bfloat16/float32 float16/bfloat16"
+    " float32/bfloat16",
+    torch,
+)
 _DTYPE_IDS = [f"{str(a)[6:]}-x-{str(b)[6:]}-weight" for a, b in DTYPES]
 
 

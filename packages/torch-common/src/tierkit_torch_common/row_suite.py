@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
-from tierkit_core.op_testing import numpy_row_reference
+from tierkit_core.op_testing import dtype_pairs, numpy_row_reference
 
 __all__ = [
     "DTYPES",
@@ -124,13 +124,9 @@ def test_at_least_as_accurate_as_aten(ops, entry, shape, dtype, gen):
         assert mine <= theirs + ulp, (entry.name, [p is not None for p in params], mine, theirs)
 
 
-MIXED = [
-    (torch.bfloat16, torch.float32),
-    (torch.float16, torch.float32),
-    (torch.float32, torch.float64),
-    (torch.float64, torch.float32),
-    (torch.float32, torch.bfloat16),
-]
+MIXED = dtype_pairs(
+    "bfloat16/float32 float16/float32 float32/float64 float64/float32 float32/bfloat16", torch
+)
 
 
 @ENTRIES

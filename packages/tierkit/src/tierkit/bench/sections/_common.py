@@ -14,6 +14,17 @@ from ..timing import Samples
 
 ALPHA, BETA = 2.0, 1.0
 
+# The first lines of the probes that compare an op with the copy limit (rows,
+# maps, gated activations): their arguments (repetitions, the cases as JSON,
+# whether to compile) and the timing helpers they share.
+PROBE_HEAD = """\
+import json, sys
+import torch, tierkit_torch
+from tierkit.bench import stream_lib
+from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
+reps, cases, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
+"""
+
 
 class Skip(Exception):
     """This section cannot run here; the message says why."""
@@ -85,38 +96,6 @@ def target(name, threshold, measured, met, detail=""):
 
 def not_measured(name, threshold, why):
     return {"target": name, "threshold": threshold, "measured": None, "met": None, "detail": why}
-
-
-# The roof (the performance issue's "roofline"): the lower of the copy
-# limit and the op's own in-cache speed on every thread
-# (timing.in_cache_seconds_per_unit). "compute (0.62)": its arithmetic allows
-# 0.62 of the copy limit, so that is its roof.
-ROOF_COLUMNS = ["roof", "of the roof"]
-
-
-def roof_cells(r: dict) -> list[str]:
-    if "of_roof" not in r:
-        return ["", ""]
-    roof = "memory" if r["roof"] == "memory" else f"compute ({r['roof_of_limit']:.2f})"
-    return [roof, f"{r['of_roof']:.2f}"]
-
-
-def roof_target(name: str, floor: float, r: dict, where: str) -> dict:
-    """`name` >= floor x its roof (of_roof; the copy limit where no roof was measured), at `where`."""
-    frac = round(r.get("of_roof", r["of_limit"]), 2)
-    roof = r.get("roof", "memory")
-    detail = (
-        ""
-        if roof == "memory"
-        else f"compute-bound: its in-cache speed is {r['roof_of_limit']:.2f} of the copy limit"
-    )
-    return target(
-        f"{name} >= {floor} x its roof (the copy limit, or its in-cache speed where lower), {where}",
-        floor,
-        frac,
-        frac >= floor,
-        detail,
-    )
 
 
 def fmt_s(s: float) -> str:

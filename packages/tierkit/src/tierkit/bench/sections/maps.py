@@ -10,30 +10,14 @@ from __future__ import annotations
 import json
 import textwrap
 
-from ._common import (
-    ROOF_COLUMNS,
-    Config,
-    Skip,
-    need,
-    pick,
-    roof_cells,
-    roof_target,
-    table,
-    target,
-    thp_probe_rows,
-    timed,
-    timed_rows,
-)
+from ._common import PROBE_HEAD, Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
+from ._roof import ROOF_COLUMNS, roof_cells, roof_target
 
 TITLE = "Row maps (rotary embeddings): against eager, torch.compile and the compiled copy limit"
 
-PROBE = textwrap.dedent("""
-    import json, sys
-    import torch, tierkit_torch
+PROBE = PROBE_HEAD + textwrap.dedent("""
     from tierkit_core.op_table import ROW_MAPS
-    from tierkit.bench import stream_lib
-    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
-    reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
+    shapes = cases
 
     def rotate_half(v):
         h = v.shape[-1] // 2

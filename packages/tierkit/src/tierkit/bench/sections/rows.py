@@ -9,33 +9,18 @@ from __future__ import annotations
 import json
 import textwrap
 
-from ._common import (
-    ROOF_COLUMNS,
-    Config,
-    Skip,
-    need,
-    pick,
-    roof_cells,
-    roof_target,
-    table,
-    target,
-    thp_probe_rows,
-    timed,
-    timed_rows,
-)
+from ._common import PROBE_HEAD, Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
+from ._roof import ROOF_COLUMNS, roof_cells, roof_target
 
 TITLE = "Row reductions: against eager, torch.compile and the compiled copy limit"
 
 # One process with THP_MEM_ALLOC_ENABLE=1 (torch reads it at start-up), so
 # eager's and compile's large outputs get huge pages as the tierkit op's do.
-PROBE = textwrap.dedent("""
-    import json, sys
-    import torch, tierkit_torch
+PROBE = PROBE_HEAD + textwrap.dedent("""
     import torch.nn.functional as F
     from tierkit_core.op_table import ROW_REDUCTIONS
-    from tierkit.bench import ort_peer, stream_lib
-    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
-    reps, shapes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
+    from tierkit.bench import ort_peer
+    shapes = cases
     # Passes over memory, in arrays of x's size: forward reads x, writes y; the fused add reads x and r,
     # writes y and h; forward + backward adds dy and x read, dx written (rstd and the weights: a row's
     # worth). The copy limit moves 2.

@@ -7,33 +7,29 @@ import json
 import textwrap
 
 from ._common import (
-    ROOF_COLUMNS,
+    PROBE_HEAD,
     Config,
     Skip,
     need,
     not_measured,
     pick,
-    roof_cells,
-    roof_target,
     table,
     target,
     thp_probe_rows,
     timed,
     timed_rows,
 )
+from ._roof import ROOF_COLUMNS, roof_cells, roof_target
 
 TITLE = "Gated activations: silu_mul and gelu_tanh_mul against eager, torch.compile and numpy"
 
 # In a subprocess with THP_MEM_ALLOC_ENABLE=1 (torch reads it at start-up):
 # eager's and torch.compile's large outputs get huge pages, as the tierkit
 # op's do (it advises them itself), so page faults do not decide it.
-PROBE = textwrap.dedent("""
-    import json, sys
-    import numpy as np, torch, tierkit_torch, tierkit_bridge as tb
+PROBE = PROBE_HEAD + textwrap.dedent("""
+    import numpy as np, tierkit_bridge as tb
     import torch.nn.functional as F
-    from tierkit.bench import stream_lib
-    from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
-    reps, sizes, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
+    sizes = cases
     K = np.longdouble(2) * np.sqrt(np.longdouble(2) / np.longdouble(np.pi))
     # Each gate: eager torch's expression, numpy's, and the exact value in
     # x87 extended precision (numpy's longdouble: 64-bit mantissa).
