@@ -1,22 +1,26 @@
 """The caching allocator's statistics, read from Python."""
 
 import gc
+import re
+from pathlib import Path
 
 import pytest
 import tierkit_bridge as tb
+import tierkit_core
 
-KEYS = {
-    "bytes_in_use",
-    "bytes_cached",
-    "peak_bytes_in_use",
-    "allocations",
-    "frees",
-    "cache_hits",
-    "cache_misses",
-    "failed_allocations",
-    "evictions",
-    "max_cached_bytes",
-}
+
+def _core_stats_fields() -> set[str]:
+    """Every field of core's AllocatorStats, read from the installed header:
+    the bridge must expose each one, a field added later included."""
+    header = Path(tierkit_core.get_include()) / "tierkit" / "caching_allocator.h"
+    body = re.search(r"struct AllocatorStats \{(.*?)\};", header.read_text(), re.S)
+    assert body, f"{header}: no struct AllocatorStats"
+    fields = re.findall(r"std::(?:size_t|u?int\d+_t) (\w+) = 0;", body.group(1))
+    assert len(fields) >= 10, f"{header}: AllocatorStats read as {fields}"
+    return set(fields)
+
+
+KEYS = _core_stats_fields()
 
 
 def test_stats_is_a_dict_of_counters():

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nox_recorder import recorded
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -62,26 +64,7 @@ def test_tier_table_is_complete():
     assert out.startswith("True")
 
 
-BOOTSTRAP = ROOT / ".nox" / "_bootstrap" / "bin" / "python"
-
 RECORD_SESSION = """
-import sys
-sys.argv = ["nox"]
-sys.path.insert(0, {root!r})
-import noxfile
-
-class Recorder:
-    posargs = []
-    calls = []
-    def run(self, *args, **kwargs):
-        self.calls.append([str(a) for a in args])
-    def log(self, *a): pass
-    def warn(self, *a): pass
-    # Nothing was installed, so install_tiers' check that the package is there
-    # fails: recorded, and the run goes on (into the scratch env, see below).
-    def error(self, *a): self.calls.append(["error", *map(str, a)])
-
-session = Recorder()
 noxfile.run_tier_tests(session, "core", "-R", "Kernels")
 ctest = [c for c in session.calls if c[0] == "ctest"]
 session.calls.clear()
@@ -90,7 +73,6 @@ torch = [c for c in session.calls if "pytest" in c]
 session.calls.clear()
 noxfile.run_cross_tier_tests(session, "-k", "journey")
 cross = [c for c in session.calls if "pytest" in c]
-import json
 print(json.dumps([ctest[0], torch[-1], cross[-1]]))
 """
 
@@ -101,24 +83,7 @@ def test_sessions_pass_their_arguments_to_the_runner(tmp_path):
     # instead of run (test_docs skips them: each is a session CI runs whole).
     # The shared env is a scratch folder here: recorded installs once stamped
     # tiers as installed in the developer's .nox/_env that never were.
-    import os
-
-    import pytest
-
-    if not BOOTSTRAP.exists():
-        pytest.skip("nox's bootstrap venv (made by ci/nox.sh) is not here")
-    out = (
-        subprocess.run(
-            [str(BOOTSTRAP), "-c", RECORD_SESSION.format(root=str(ROOT))],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "TIERKIT_NOX_ENV": str(tmp_path / "env")},
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )
-    ctest, torch, cross = json.loads(out)
+    ctest, torch, cross = recorded(RECORD_SESSION, tmp_path / "env")
     assert ctest[-2:] == ["-R", "Kernels"]
     assert torch[-3:] == ["-k", "forward_ad", "-x"] and torch[-4].endswith("packages/torch-cpu/tests")
     assert cross[-2:] == ["-k", "journey"] and cross[-3] == str(ROOT / "tests")

@@ -7,11 +7,10 @@ measured here with no new code."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 
-from ._common import PROBE_HEAD, Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
-from ._roof import ROOF_COLUMNS, roof_cells, roof_target
+from ._common import PROBE_HEAD, Config, pick, target, timed_rows
+from ._copy_limit import limit_table, measure_entries, roof_target
 
 TITLE = "Row maps (rotary embeddings): against eager, torch.compile and the compiled copy limit"
 
@@ -82,49 +81,15 @@ def shapes(cfg: Config) -> list[list[int]]:
 
 
 def measure(cfg: Config) -> list[dict]:
-    torch = need("torch")
-    need("tierkit_torch")
     from tierkit_core.op_table import ROW_MAPS
 
-    missing = [e.name for e in ROW_MAPS if not hasattr(torch.ops.tierkit, e.name)]
-    if missing:
-        raise Skip(f"this tierkit_torch has no {', '.join(missing)}")
-    args = [str(cfg.reps), json.dumps(shapes(cfg)), "0" if cfg.quick else "1"]
-    return thp_probe_rows("maps", PROBE, args, "row maps", timeout=3600)
+    return measure_entries(cfg, "maps", PROBE, "row maps", ROW_MAPS, shapes(cfg))
 
 
 def markdown(results: dict) -> list[str]:
     rows = timed_rows(results, "maps")
     return [
-        table(
-            [
-                "op",
-                "impl",
-                "q",
-                "dtype",
-                "time",
-                "GB/s (q and the result)",
-                "tierkit's speed-up over it",
-                "of the copy limit",
-                *ROOF_COLUMNS,
-            ],
-            [
-                [
-                    r["op"],
-                    r["impl"],
-                    str(r["shape"]),
-                    r["dtype"],
-                    timed(r),
-                    f"{r['gbs']:.1f}",
-                    "—"
-                    if "ours_over_theirs" not in r or r["impl"] == "torch op"
-                    else f"{r['ours_over_theirs']:.2f}x",
-                    f"{r['of_limit']:.2f}" if "of_limit" in r else "",
-                    *roof_cells(r),
-                ]
-                for r in rows
-            ],
-        ),
+        limit_table(rows, ("q", lambda r: str(r["shape"])), "q and the result", ("torch op",)),
         "",
         "Speed-ups are paired per repetition against the tierkit op; one process with THP_MEM_ALLOC_ENABLE=1 "
         "and torch's thread count; the tables [1, 1, seq, head_dim] as the models' rotary modules make them.",

@@ -6,11 +6,10 @@ measured here with no new code (a new ONNX peer is a line in ort_peer.py)."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 
-from ._common import PROBE_HEAD, Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
-from ._roof import ROOF_COLUMNS, roof_cells, roof_target
+from ._common import PROBE_HEAD, Config, pick, target, timed_rows
+from ._copy_limit import limit_table, measure_entries, roof_target
 
 TITLE = "Row reductions: against eager, torch.compile and the compiled copy limit"
 
@@ -148,50 +147,19 @@ def shapes(cfg: Config) -> list[list[int]]:
 
 
 def measure(cfg: Config) -> list[dict]:
-    torch = need("torch")
-    need("tierkit_torch")
     from tierkit_core.op_table import ROW_REDUCTIONS
 
-    missing = [e.name for e in ROW_REDUCTIONS if not hasattr(torch.ops.tierkit, e.name)]
-    if missing:
-        raise Skip(f"this tierkit_torch has no {', '.join(missing)}")
-    # --quick: no torch.compile peers (~10 s a graph; --quick measures no target's shape)
-    args = [str(cfg.reps), json.dumps(shapes(cfg)), "0" if cfg.quick else "1"]
-    return thp_probe_rows("rows", PROBE, args, "row reductions", timeout=3600)
+    return measure_entries(cfg, "rows", PROBE, "row reductions", ROW_REDUCTIONS, shapes(cfg))
 
 
 def markdown(results: dict) -> list[str]:
     rows = timed_rows(results, "rows")
     return [
-        table(
-            [
-                "op",
-                "impl",
-                "shape",
-                "dtype",
-                "time",
-                "GB/s (x and y)",
-                "tierkit's speed-up over it",
-                "of the copy limit",
-                *ROOF_COLUMNS,
-            ],
-            [
-                [
-                    r["op"],
-                    r["impl"],
-                    f"[{r['nrows']}, {r['d']}]",
-                    r["dtype"],
-                    timed(r),
-                    f"{r['gbs']:.1f}",
-                    "—"
-                    if "ours_over_theirs" not in r
-                    or r["impl"] in ("torch op fwd", "torch op fwd+bwd", "torch op fused add")
-                    else f"{r['ours_over_theirs']:.2f}x",
-                    f"{r['of_limit']:.2f}" if "of_limit" in r else "",
-                    *roof_cells(r),
-                ]
-                for r in rows
-            ],
+        limit_table(
+            rows,
+            ("shape", lambda r: f"[{r['nrows']}, {r['d']}]"),
+            "x and y",
+            ("torch op fwd", "torch op fwd+bwd", "torch op fused add"),
         ),
         "",
         "Speed-ups are paired per repetition against the tierkit op doing the same work (forward, "

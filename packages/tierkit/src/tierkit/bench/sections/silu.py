@@ -19,7 +19,7 @@ from ._common import (
     timed,
     timed_rows,
 )
-from ._roof import ROOF_COLUMNS, roof_cells, roof_target
+from ._copy_limit import ROOF_COLUMNS, roof_cells, roof_target
 
 TITLE = "Gated activations: silu_mul and gelu_tanh_mul against eager, torch.compile and numpy"
 
