@@ -23,6 +23,7 @@ def _ro():
 
 
 def _overlap():
+    """out overlaps the input shifted by one element: refused, never computed in the wrong order."""
     import tierkit_bridge as tb
 
     buf = np.arange(10, dtype=np.float32)
@@ -30,10 +31,10 @@ def _overlap():
 
 
 def _odd_strides():
+    """float32 elements 6 bytes apart: a stride that is not a multiple of the item size."""
     import tierkit_bridge as tb
 
-    raw = np.zeros(40, np.uint8)
-    odd = np.lib.stride_tricks.as_strided(raw.view(np.float32), shape=(3,), strides=(6,))
+    odd = np.lib.stride_tricks.as_strided(np.zeros(40, np.uint8).view(np.float32), shape=(3,), strides=(6,))
     return tb.add(odd, np.zeros(3, np.float32))
 
 

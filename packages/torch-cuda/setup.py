@@ -53,20 +53,15 @@ if not CUDA_HOME or not nvcc.exists():
 
 import tierkit_core  # noqa: E402  (core's headers: dtypes, checks)
 import tierkit_torch  # noqa: E402  (for its shared checks header)
-from tierkit_torch_common.build import (  # noqa: E402
-    debug_info_flags,
-    python_free,
-    remove_stale_python_modules,
-    tier_version,
-    torch_facts,
-    torch_requirement,
-)
+from tierkit_torch_common import build as tier_build  # noqa: E402  (torch-cpu's setup.py shares it)
 
-VERSION = tier_version(HERE)
+VERSION = tier_build.tier_version(HERE)
 
 
 def build_info() -> str:
-    return torch_facts(torch, CUDA_HOME=CUDA_HOME, TORCH_CUDA_ARCH_LIST=os.environ["TORCH_CUDA_ARCH_LIST"])
+    return tier_build.torch_facts(
+        torch, CUDA_HOME=CUDA_HOME, TORCH_CUDA_ARCH_LIST=os.environ["TORCH_CUDA_ARCH_LIST"]
+    )
 
 
 class BuildPyWithInfo(build_py):
@@ -75,18 +70,18 @@ class BuildPyWithInfo(build_py):
         (Path(self.build_lib) / "tierkit_cuda" / "_build_info.py").write_text(build_info())
 
 
-remove_stale_python_modules(HERE, "tierkit_cuda")
+tier_build.remove_stale_python_modules(HERE, "tierkit_cuda")
 
 setup(
     # The torch release compiled against, exactly; the schemas' tier of the same version.
     install_requires=[
-        torch_requirement(torch),
+        tier_build.torch_requirement(torch),
         f"tierkit-torch=={VERSION}",
         f"tierkit-core=={VERSION}",
         f"tierkit-torch-common=={VERSION}",
     ],
     ext_modules=[
-        python_free(
+        tier_build.python_free(
             CUDAExtension(
                 "tierkit_cuda.libtierkit_cuda_ops",
                 [
@@ -102,7 +97,7 @@ setup(
                 # No FMA contraction anywhere: results must be bit-identical to
                 # eager torch and to the CPU tiers (tests-cuda checks the SASS).
                 extra_compile_args={
-                    "cxx": ["-O3", "-Wall", *tierkit_core.cxx_flags(), *debug_info_flags()],
+                    "cxx": ["-O3", "-Wall", *tierkit_core.cxx_flags(), *tier_build.debug_info_flags()],
                     "nvcc": ["-O3", "--fmad=false"],
                 },
             )

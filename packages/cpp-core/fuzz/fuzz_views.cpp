@@ -18,9 +18,7 @@
 
 namespace {
 
-using tierkit::BFloat16;
 using tierkit::DType;
-using tierkit::Half;
 using tierkit::Shape;
 using tierkit::TensorView;
 namespace k = tierkit::kernels;
@@ -204,8 +202,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   switch (dtype) {
     case 0: check_op<float>(in, op, lo, la, lb); break;
     case 1: check_op<double>(in, op, lo, la, lb); break;
-    case 2: check_op<Half>(in, op, lo, la, lb); break;
-    default: check_op<BFloat16>(in, op, lo, la, lb); break;
+    case 2: check_op<tierkit::Half>(in, op, lo, la, lb); break;
+    default: check_op<tierkit::BFloat16>(in, op, lo, la, lb); break;
   }
   return 0;
 }

@@ -31,13 +31,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "row_test_values.h"
+#include "row_test_support.h"
 #include "tierkit/row_functors.h"
 
 namespace row_nan_payloads {
 
 namespace k = tierkit::kernels;
-using namespace row_test_values;
+using namespace row_test_support;
 
 template <typename T>
 bool is_nan(const T& v) {

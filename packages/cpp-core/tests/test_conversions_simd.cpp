@@ -19,28 +19,20 @@ using tierkit::TensorView;
 
 namespace {
 
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using tierkit::detail::bits_float;
+using tierkit::detail::float_bits;
 
 // The branching conversions as they were before they became branch-free.
 std::uint16_t reference_half_from_float(float f) {
-  const std::uint32_t x = bits(f);
+  const std::uint32_t x = float_bits(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u)
     return static_cast<std::uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);
   if (abs < 0x38800000u) {
-    const float r = from_bits(abs) + from_bits(0x3f000000u);
-    return static_cast<std::uint16_t>(sign | (bits(r) - 0x3f000000u));
+    const float r = bits_float(abs) + bits_float(0x3f000000u);
+    return static_cast<std::uint16_t>(sign | (float_bits(r) - 0x3f000000u));
   }
   const std::uint32_t odd = (abs >> 13) & 1u;
   return static_cast<std::uint16_t>(sign | ((abs + 0xfffu + odd - (112u << 23)) >> 13));
@@ -48,23 +40,23 @@ std::uint16_t reference_half_from_float(float f) {
 float reference_half_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  if (exp == 0x1f) return from_bits(sign | 0x7f800000u | (man << 13));
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (man << 13));
   if (exp == 0) {
-    const float v = static_cast<float>(man) * from_bits(0x33800000u);
+    const float v = static_cast<float>(man) * bits_float(0x33800000u);
     return sign ? -v : v;
   }
-  return from_bits(sign | ((exp + 112u) << 23) | (man << 13));
+  return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
 }
 std::uint16_t reference_bf16_from_float(float f) {
-  const std::uint32_t x = bits(f);
+  const std::uint32_t x = float_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 TEST(BranchFreeConversions, HalfToFloatOnEveryPattern) {
   for (std::uint32_t h = 0; h < 65536; ++h)
-    ASSERT_EQ(bits(Half::to_float(static_cast<std::uint16_t>(h))),
-              bits(reference_half_to_float(static_cast<std::uint16_t>(h))))
+    ASSERT_EQ(float_bits(Half::to_float(static_cast<std::uint16_t>(h))),
+              float_bits(reference_half_to_float(static_cast<std::uint16_t>(h))))
         << h;
 }
 
@@ -77,10 +69,11 @@ TEST(BranchFreeConversions, FloatToHalfAndBFloat16OnASweep) {
   for (std::uint32_t high = 0; high < (1u << 19); ++high) {
     for (std::uint32_t low : lows) {
       const std::uint32_t x = (high << 13) | (low & 0x1fffu);
-      const float f = from_bits(x);
+      const float f = bits_float(x);
       ASSERT_EQ(Half::from_float(f), reference_half_from_float(f)) << std::hex << x;
       const std::uint32_t y = (high << 13) | low;  // bfloat16 rounds at bit 16: lows reach past bit 13
-      ASSERT_EQ(BFloat16::from_float(from_bits(y)), reference_bf16_from_float(from_bits(y))) << std::hex << y;
+      ASSERT_EQ(BFloat16::from_float(bits_float(y)), reference_bf16_from_float(bits_float(y)))
+          << std::hex << y;
     }
   }
 }
@@ -97,10 +90,10 @@ TEST(BranchFreeConversions, Avx512Bf16InstructionOnASweep) {
   alignas(64) float in[16];
   BFloat16 out[16];
   for (std::uint32_t high = 0; high < (1u << 15); ++high) {
-    for (int k = 0; k < 16; ++k) in[k] = from_bits((high << 17) | lows[k]);
+    for (int k = 0; k < 16; ++k) in[k] = bits_float((high << 17) | lows[k]);
     d::from_floats_512_bf16(in, out);
     for (int k = 0; k < 16; ++k)
-      ASSERT_EQ(out[k].bits, reference_bf16_from_float(in[k])) << std::hex << bits(in[k]);
+      ASSERT_EQ(out[k].bits, reference_bf16_from_float(in[k])) << std::hex << float_bits(in[k]);
   }
 }
 #endif
@@ -143,7 +136,7 @@ TEST(VectorizedKernels, HalfMatchesScalarOnEveryInput) {
 
 TEST(VectorizedKernels, BFloat16MatchesScalarOnEveryInput) {
   kernel_matches_scalar<BFloat16>(
-      [](std::uint16_t b) { return from_bits(static_cast<std::uint32_t>(b) << 16); },
+      [](std::uint16_t b) { return bits_float(static_cast<std::uint32_t>(b) << 16); },
       reference_bf16_from_float);
 }
 

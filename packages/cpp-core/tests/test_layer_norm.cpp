@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "row_nan_payloads.h"
-#include "row_test_values.h"
+#include "row_test_support.h"
 #include "tierkit/row_functors.h"
 
 using tierkit::BFloat16;
@@ -28,14 +28,8 @@ namespace k = tierkit::kernels;
 
 namespace {
 
-using namespace row_test_values;
+using namespace row_test_support;
 
-template <typename V>
-std::vector<std::uint64_t> as_bits(const V& v) {
-  std::vector<std::uint64_t> b;
-  for (const auto& e : v) b.push_back(bits_of(e));
-  return b;
-}
 template <typename T>
 long double eps_of() {
   if constexpr (std::is_same_v<T, Half>) return 1.0L / 1024;
@@ -74,14 +68,6 @@ struct Widened {
       return into.data();
     };
     p = {widen(in.w, w), widen(in.b, b)};
-  }
-};
-
-struct ReverseChunkRunner {
-  std::int64_t chunk = 1;
-  template <typename Fn>
-  void operator()(std::int64_t n, std::int64_t, const Fn& fn) const {
-    for (std::int64_t hi = n; hi > 0; hi -= chunk) fn(std::max<std::int64_t>(0, hi - chunk), hi);
   }
 };
 
@@ -127,9 +113,6 @@ class LayerNorm : public ::testing::Test {};
 using Types = ::testing::Types<float, double, Half, BFloat16>;
 TYPED_TEST_SUITE(LayerNorm, Types);
 
-struct Shape {
-  std::int64_t rows, d;
-};
 const Shape kShapes[] = {{5, 33}, {3, 4097}, {7, 2}, {8, 300}, {70, 16}, {600, 64}, {9, 15}, {2, 1024}};
 
 // Within `ulps` of T's epsilon times `scale` (the size of the terms the
@@ -202,13 +185,7 @@ std::vector<std::vector<std::uint64_t>> all_outputs(std::int64_t rows, std::int6
 
 TYPED_TEST(LayerNorm, BitIdenticalForAnyRunner) {
   using T = TypeParam;
-  for (const Shape& s : {Shape{300, 257}, Shape{1200, 64}, Shape{3, 5000}}) {
-    const auto one = all_outputs<T>(s.rows, s.d, k::PoolRunner{1});
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, k::PoolRunner{2}));
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, k::PoolRunner{}));
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, ReverseChunkRunner{1}));
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, ReverseChunkRunner{7}));
-  }
+  expect_same_bits_for_any_runner([](auto... args) { return all_outputs<T>(args...); });
 }
 
 // Whatever copy the CPU's level dispatches to (AVX-512, AVX2: the vector

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "row_nan_payloads.h"
-#include "row_test_values.h"
+#include "row_test_support.h"
 #include "tierkit/row_functors.h"
 
 using tierkit::BFloat16;
@@ -52,7 +52,7 @@ void rms_norm_backward(const T* dy, const T* x, const T* w, const tierkit::compu
 }
 }  // namespace rms
 
-using namespace row_test_values;
+using namespace row_test_support;
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
@@ -91,16 +91,6 @@ std::vector<T> random_vec(std::size_t n, std::uint32_t seed, float scale = 1.f) 
   return v;
 }
 
-// Runs fn over chunks of `chunk` items, last chunk first: a Runner whose
-// split and order differ from the pool's.
-struct ReverseChunkRunner {
-  std::int64_t chunk = 1;
-  template <typename Fn>
-  void operator()(std::int64_t n, std::int64_t, const Fn& fn) const {
-    for (std::int64_t hi = n; hi > 0; hi -= chunk) fn(std::max<std::int64_t>(0, hi - chunk), hi);
-  }
-};
-
 struct Ref {
   std::vector<long double> y, rstd;
 };
@@ -122,9 +112,6 @@ class RmsNorm : public ::testing::Test {};
 using Types = ::testing::Types<float, double, Half, BFloat16>;
 TYPED_TEST_SUITE(RmsNorm, Types);
 
-struct Shape {
-  std::int64_t rows, d;
-};
 const Shape kShapes[] = {{5, 33}, {3, 4097}, {7, 1}, {4, 16}, {2, 1024}, {9, 15}};
 
 // y within 1 ulp of T for the 16-bit types (one rounding of a value
@@ -350,24 +337,12 @@ std::vector<std::vector<std::uint64_t>> all_outputs(std::int64_t rows, std::int6
   rms::rms_norm_backward(dy.data(), x.data(), w.data(), rstd.data(), rows, d, dx.data(), dw.data(), run);
   rms::add_rms_norm_forward(x.data(), res.data(), w.data(), 1e-6, rows, d, y2.data(), h.data(), rstd2.data(),
                             run);
-  auto as_bits = [](const auto& v) {
-    std::vector<std::uint64_t> b;
-    for (const auto& e : v) b.push_back(bits_of(e));
-    return b;
-  };
   return {as_bits(y), as_bits(rstd), as_bits(dx), as_bits(dw), as_bits(y2), as_bits(h), as_bits(rstd2)};
 }
 
 TYPED_TEST(RmsNorm, BitIdenticalForAnyRunner) {
   using T = TypeParam;
-  // 300 x 257: several pool chunks and 38 dw blocks; 1200 x 64: the maximum 64 blocks.
-  for (const Shape& s : {Shape{300, 257}, Shape{1200, 64}, Shape{3, 5000}}) {
-    const auto one = all_outputs<T>(s.rows, s.d, k::PoolRunner{1});
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, k::PoolRunner{2}));
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, k::PoolRunner{}));
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, ReverseChunkRunner{1}));
-    EXPECT_EQ(one, all_outputs<T>(s.rows, s.d, ReverseChunkRunner{7}));
-  }
+  expect_same_bits_for_any_runner([](auto... args) { return all_outputs<T>(args...); });
 }
 
 TYPED_TEST(RmsNorm, AddRmsNorm) {

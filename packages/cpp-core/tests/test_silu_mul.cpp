@@ -28,16 +28,8 @@ namespace k = tierkit::kernels;
 
 namespace {
 
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using tierkit::detail::bits_float;
+using tierkit::detail::float_bits;
 
 template <typename T>
 std::uint64_t bits_of(T v) {
@@ -96,7 +88,7 @@ std::vector<float> every_64th_float() {
   std::vector<float> xs;
   xs.reserve(1u << 26);
   for (std::uint64_t u = 0; u < (1ull << 32); u += 64)
-    xs.push_back(from_bits(static_cast<std::uint32_t>(u + (u >> 12) % 64)));
+    xs.push_back(bits_float(static_cast<std::uint32_t>(u + (u >> 12) % 64)));
   return xs;
 }
 
@@ -133,7 +125,7 @@ TEST(VExpSigmoid, WithinAnUlpOnItsRangeAndOneWhereTheSumIsOne) {
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const float x = xs[i], y = soft[i];
     if (fma) {
-      ASSERT_TRUE(bits(fast[i]) == bits(y) || (std::isnan(fast[i]) && std::isnan(y))) << x;
+      ASSERT_TRUE(float_bits(fast[i]) == float_bits(y) || (std::isnan(fast[i]) && std::isnan(y))) << x;
     }
     if (std::isnan(x)) {
       ASSERT_TRUE(std::isnan(y));
@@ -300,7 +292,7 @@ TEST(SiluMul, RawPointerEntryAndInPlace) {
   k::silu_mul(a.data(), b.data(), out.data(), 5);
   for (int i = 0; i < 5; ++i) EXPECT_FLOAT_EQ(out[i], a[i] / (1.0f + std::exp(-a[i])) * b[i]);
   k::silu_mul(view1d(a), view1d(b), view1d(a));  // out aliases a exactly
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(bits(a[i]), bits(out[i]));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(float_bits(a[i]), float_bits(out[i]));
 }
 
 // ---- silu_mul: every vectorized loop gives the scalar functor's bits ----------
@@ -364,7 +356,7 @@ TEST(SiluMul, StridedAndBroadcastViews) {
   const k::SiluMulOp<float> op{};
   for (int i = 0; i < 5; ++i)
     for (int j = 0; j < 4; ++j)
-      ASSERT_EQ(bits(out[i * 4 + j]), bits(op(abuf[i * 8 + j * 2], brow[j]))) << i << "," << j;
+      ASSERT_EQ(float_bits(out[i * 4 + j]), float_bits(op(abuf[i * 8 + j * 2], brow[j]))) << i << "," << j;
 }
 
 // The sign (and payload) of a NaN result is unspecified when both operands

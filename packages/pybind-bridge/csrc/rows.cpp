@@ -261,6 +261,50 @@ void scale_columns_into(const tierkit::TensorView& y, const tierkit::TensorView&
   });
 }
 
+// A row op's result, `compute` writing it into a C-contiguous view of x's
+// shape and `dtype`: a new array presented like x, or `out` after its checks
+// (x's shape, `dtype` — `dtype_why` says whose — and a writable layout).
+// Written straight into out when the kernel can write it: C-contiguous, apart
+// from every array in `read`, and apart from x or exactly x (each row is read
+// before it is written); otherwise computed apart, then copied in.
+template <typename Compute>
+py::object into_result(const std::string& op, const py::object& x, const tierkit::TensorView& vx,
+                       const tierkit::TensorView& xc, const std::vector<tierkit::TensorView>& read,
+                       const py::handle& out, tierkit::DType dtype, const char* dtype_why,
+                       const Compute& compute) {
+  if (out.is_none()) {
+    const Buffer like = Buffer::empty(xc.shape(), dtype, false);
+    py::object result = dtype == vx.dtype() ? new_output_like(x, xc) : new_output_of_dtype(x, like.view());
+    if (xc.numel() == 0) return result;
+    const ArrayArg ar = ArrayArg::borrow(result, "out", true);
+    compute(ar.view());
+    return result;
+  }
+  const ArrayArg ao = import(op, out, "out", true);
+  const tierkit::TensorView& vo = ao.view();
+  if (vo.dtype() != dtype || vo.shape() != vx.shape())
+    throw py::value_error(op + "out: expected shape " + py_shape(vx.shape()) + " and dtype " +
+                          std::string(tierkit::dtype_name(dtype)) + dtype_why + ", got " +
+                          py_shape(vo.shape()) + " and " + std::string(tierkit::dtype_name(vo.dtype())));
+  try {
+    tierkit::checks::writable_layout(vo);
+  } catch (const tierkit::InvalidArgument& e) {
+    throw py::value_error(op + e.what());
+  }
+  if (xc.numel() == 0) return py::reinterpret_borrow<py::object>(out);
+  bool apart = vo.is_contiguous() && (!meet(vo, xc) || vo.data() == xc.data());
+  for (const tierkit::TensorView& t : read) apart = apart && !meet(vo, t);
+  if (apart) {
+    compute(vo);
+  } else {
+    Buffer tmp = Buffer::empty(xc.shape(), dtype, false);
+    compute(tmp.view());
+    copy_elements(tmp.view(), vo);
+  }
+  note_written(py::reinterpret_borrow<py::object>(out));
+  return py::reinterpret_borrow<py::object>(out);
+}
+
 // The kernel over x (C-contiguous) and parameters of x's dtype, or, with
 // `in_compute`, of x's compute type (core's RowParams takes either).
 template <typename K, std::size_t P>
@@ -427,40 +471,12 @@ struct BridgeRows {
       scale_columns_into(normalized.view(), *after, y);
     };
 
-    if (out.is_none()) {
-      const Buffer like = Buffer::empty(xc.shape(), result_dtype, false);
-      py::object result =
-          result_dtype == xc.dtype() ? new_output_like(x, xc) : new_output_of_dtype(x, like.view());
-      if (xc.numel() == 0) return result;
-      const ArrayArg ar = ArrayArg::borrow(result, "out", true);
-      forward(ar.view());
-      return result;
-    }
-    const ArrayArg ao = import(op, out, "out", true);
-    const tierkit::TensorView& vo = ao.view();
-    if (vo.dtype() != result_dtype || vo.shape() != vx.shape())
-      throw py::value_error(op + "out: expected shape " + py_shape(vx.shape()) + " and dtype " +
-                            std::string(tierkit::dtype_name(result_dtype)) +
-                            (after ? " (the result's: result_type(weight, x))" : " (x's)") + ", got " +
-                            py_shape(vo.shape()) + " and " + std::string(tierkit::dtype_name(vo.dtype())));
-    try {
-      tierkit::checks::writable_layout(vo);
-    } catch (const tierkit::InvalidArgument& e) {
-      throw py::value_error(op + e.what());
-    }
-    if (xc.numel() == 0) return py::reinterpret_borrow<py::object>(out);
-    // Straight into out when the kernel can write it: C-contiguous, and apart
-    // from x or exactly x (each row is read before it is written); otherwise
-    // computed apart, then copied in.
-    if (vo.is_contiguous() && (!meet(vo, xc) || vo.data() == xc.data())) {
-      forward(vo);
-    } else {
-      Buffer tmp = Buffer::empty(xc.shape(), result_dtype, false);
-      forward(tmp.view());
-      copy_elements(tmp.view(), vo);
-    }
-    note_written(py::reinterpret_borrow<py::object>(out));
-    return py::reinterpret_borrow<py::object>(out);
+    std::vector<tierkit::TensorView> read;  // what the kernel reads besides x
+    for (const tierkit::TensorView* v : params)
+      if (v) read.push_back(*v);
+    if (after) read.push_back(*after);
+    return into_result(op, x, vx, xc, read, out, result_dtype,
+                       after ? " (the result's: result_type(weight, x))" : " (x's)", forward);
   }
 
   static py::arg_v eps_arg() {
@@ -638,37 +654,8 @@ struct BridgeMap {
                                      tierkit::kernels::PoolRunner{max_threads()});
       });
     };
-    if (out.is_none()) {
-      const Buffer like = Buffer::empty(xc.shape(), dtype, false);
-      py::object result = dtype == vx.dtype() ? new_output_like(x, xc) : new_output_of_dtype(x, like.view());
-      if (xc.numel() == 0) return result;
-      const ArrayArg ar = ArrayArg::borrow(result, "out", true);
-      run(ar.view());
-      return result;
-    }
-    const ArrayArg ao = import(op, out, "out", true);
-    const tierkit::TensorView& vo = ao.view();
-    if (vo.dtype() != dtype || vo.shape() != vx.shape())
-      throw py::value_error(op + "out: expected shape " + py_shape(vx.shape()) + " and dtype " +
-                            std::string(tierkit::dtype_name(dtype)) + " (the inputs' promotion), got " +
-                            py_shape(vo.shape()) + " and " + std::string(tierkit::dtype_name(vo.dtype())));
-    try {
-      tierkit::checks::writable_layout(vo);
-    } catch (const tierkit::InvalidArgument& e) {
-      throw py::value_error(op + e.what());
-    }
-    if (xc.numel() == 0) return py::reinterpret_borrow<py::object>(out);
-    bool apart = vo.is_contiguous() && (!meet(vo, xc) || vo.data() == xc.data());
-    for (const tierkit::TensorView& t : tables) apart = apart && !meet(vo, t);
-    if (apart) {
-      run(vo);
-    } else {
-      Buffer tmp = Buffer::empty(xc.shape(), dtype, false);
-      run(tmp.view());
-      copy_elements(tmp.view(), vo);
-    }
-    note_written(py::reinterpret_borrow<py::object>(out));
-    return py::reinterpret_borrow<py::object>(out);
+    return into_result(op, x, vx, xc, std::vector<tierkit::TensorView>(tables.begin(), tables.end()), out,
+                       dtype, " (the inputs' promotion)", run);
   }
 
   static void bind(py::module_& m) {

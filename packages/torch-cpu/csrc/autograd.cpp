@@ -30,6 +30,7 @@
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
+#include "autograd_support.h"
 #include "tierkit/op_table.h"
 #include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/op_signatures.h"
@@ -44,13 +45,9 @@
 namespace tierkit_torch {
 namespace {
 
-using torch::autograd::Node;
-using torch::autograd::SavedVariable;
-using torch::autograd::variable_list;
+using namespace autograd_support;
 
 // ---- when is there work beyond the kernel --------------------------------
-
-bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
 
 // A backward graph is needed: grad mode on and some input requires grad.
 template <std::size_t N>
@@ -242,10 +239,6 @@ at::Tensor& AutogradPointwise<OpInfo>::out(const TensorArgs<Info>& in, const Sca
   write_out(out, [&] { TypedCall<Info>::out(typed, in, s, out); });
   return out;
 }
-
-#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit::" #name;
-TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
-#undef TIERKIT_WRITER_NAME
 
 }  // namespace
 

@@ -34,10 +34,6 @@ struct Composite {
   }
 };
 
-#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit::" #name;
-TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
-#undef TIERKIT_WRITER_NAME
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, CompositeImplicitAutograd, m) {

@@ -33,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include "autograd_support.h"
 #include "tierkit/op_table.h"
 #include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/rows.h"
@@ -40,19 +41,7 @@
 namespace tierkit_torch {
 namespace {
 
-using torch::autograd::Node;
-using torch::autograd::SavedVariable;
-using torch::autograd::variable_list;
-
-bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
-
-// t, or a normal copy of an inference tensor (which cannot be saved for backward).
-at::Tensor saveable(const at::Tensor& t) { return t.is_inference() ? t.clone() : t; }
-
-bool has_tangent(const at::Tensor& t) {
-  return t.defined() && c10::AutogradState::get_tls_state().get_fw_grad_mode() &&
-         t._fw_grad(/*level=*/0).defined();
-}
+using namespace autograd_support;
 
 // The compute type of a row: float for float32 and 16-bit inputs, double
 // where x or a parameter is double (the mixed-dtype rule).

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <string>
 
+#include "autograd_support.h"
 #include "tierkit/op_table.h"
 #include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/row_maps.h"
@@ -33,19 +34,9 @@
 namespace tierkit_torch {
 namespace {
 
-using torch::autograd::Node;
-using torch::autograd::SavedVariable;
-using torch::autograd::variable_list;
+using namespace autograd_support;
 
 using MapFn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool);
-
-bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
-// t, or a normal copy of an inference tensor (which cannot be saved for backward).
-at::Tensor saveable(const at::Tensor& t) { return t.is_inference() ? t.clone() : t; }
-bool has_tangent(const at::Tensor& t) {
-  return t.defined() && c10::AutogradState::get_tls_state().get_fw_grad_mode() &&
-         t._fw_grad(/*level=*/0).defined();
-}
 
 // The op table's map formulas' functions over at::Tensor, for width r.
 struct AtenMapFunctions {

@@ -81,6 +81,21 @@ struct CpuRows {
   using Ps = Params<P>;
   static constexpr c10::DeviceType kCpu = c10::DeviceType::CPU;
 
+  // A forward's fresh outputs: y like x, the per-row stats in the compute type.
+  static std::tuple<at::Tensor, at::Tensor> outputs_like(const at::Tensor& x) {
+    return {fresh_like(x), at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)))};
+  }
+
+  // fn(tag, p): a forward kernel's call for x's dtype (the tag's type) with
+  // the parameters as the kernel takes them (with_params).
+  template <typename Fn>
+  static void for_rows(const at::Tensor& x, const MixedRows& mixed, const Ps& params, bool round_normalized,
+                       const Fn& fn) {
+    dispatch(x, [&](auto tag) {
+      with_params<decltype(tag)>(mixed, params, [&](auto p) { fn(tag, p); }, round_normalized);
+    });
+  }
+
   // `round_normalized`: x-hat rounded to x's dtype before the weight (round_normalized.h).
   static std::tuple<at::Tensor, at::Tensor> forward_as(const char* op, const at::Tensor& x_in,
                                                        const Ps& params_in, double eps,
@@ -94,18 +109,11 @@ struct CpuRows {
     const Rows r = rows_of(x_in);
     const at::Tensor x = x_in.contiguous();
     const Ps params = contiguous(mixed.active ? mixed.in(params_in) : params_in);
-    at::Tensor y = fresh_like(x);
-    at::Tensor stats = at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)));
-    dispatch(x, [&](auto tag) {
+    auto [y, stats] = outputs_like(x);
+    for_rows(x, mixed, params, round_normalized, [&](auto tag, auto p) {
       using T = decltype(tag);
-      using C = tierkit::compute_t<T>;
-      with_params<T>(
-          mixed, params,
-          [&](auto p) {
-            tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), p, eps, r.rows, r.d,
-                                             data<T>(y), data<C>(stats), AtenRowRunner{});
-          },
-          round_normalized);
+      tierkit::kernels::row_forward<K>(static_cast<const T*>(x.const_data_ptr()), p, eps, r.rows, r.d,
+                                       data<T>(y), data<tierkit::compute_t<T>>(stats), AtenRowRunner{});
     });
     return {y, stats};
   }
@@ -177,21 +185,14 @@ struct CpuRows {
     const Rows r = rows_of(x_in);
     const at::Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
     const Ps params = contiguous(mixed.active ? mixed.in(params_in) : params_in);
-    at::Tensor y = fresh_like(x);
-    at::Tensor stats = at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)));
+    auto [y, stats] = outputs_like(x);
     // A non-contiguous h_out (the in-place form's residual) is written through a contiguous temporary.
     at::Tensor h = h_out.is_contiguous() ? h_out : at::empty(x.sizes(), x.options());
-    dispatch(x, [&](auto tag) {
+    for_rows(x, mixed, params, round_normalized, [&](auto tag, auto p) {
       using T = decltype(tag);
-      using C = tierkit::compute_t<T>;
-      with_params<T>(
-          mixed, params,
-          [&](auto p) {
-            tierkit::kernels::row_add_forward<K>(
-                static_cast<const T*>(x.const_data_ptr()), static_cast<const T*>(residual.const_data_ptr()),
-                p, eps, r.rows, r.d, data<T>(y), data<T>(h), data<C>(stats), AtenRowRunner{});
-          },
-          round_normalized);
+      tierkit::kernels::row_add_forward<K>(
+          static_cast<const T*>(x.const_data_ptr()), static_cast<const T*>(residual.const_data_ptr()), p, eps,
+          r.rows, r.d, data<T>(y), data<T>(h), data<tierkit::compute_t<T>>(stats), AtenRowRunner{});
     });
     if (!h.is_same(h_out)) h_out.copy_(h);
     return y;

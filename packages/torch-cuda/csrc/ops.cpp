@@ -126,10 +126,6 @@ struct CudaPointwise {
   }
 };
 
-#define TIERKIT_WRITER_NAME(name, of, Functor) constexpr char k_##name[] = "tierkit::" #name;
-TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
-#undef TIERKIT_WRITER_NAME
-
 #define TIERKIT_CUDA_KERNEL(name, Functor, n_tensors, n_scalars) \
   using name##_kernel = tierkit_torch::Signatures<CudaPointwise<tierkit::op_info::name, OpId::name>>;
 TIERKIT_POINTWISE_OPS(TIERKIT_CUDA_KERNEL)
@@ -143,7 +139,7 @@ TORCH_LIBRARY_IMPL(tierkit, CUDA, m) {
   m.impl(#name ".out", &name##_kernel::out);
   TIERKIT_POINTWISE_OPS(TIERKIT_CUDA_IMPL)
 #undef TIERKIT_CUDA_IMPL
-#define TIERKIT_CUDA_WRITER(name, of, Functor) m.impl(#name, &of##_kernel::writer<k_##name>);
+#define TIERKIT_CUDA_WRITER(name, of, Functor) m.impl(#name, &of##_kernel::writer<tierkit_torch::k_##name>);
   TIERKIT_OUT_WRITERS(TIERKIT_CUDA_WRITER)
 #undef TIERKIT_CUDA_WRITER
 }

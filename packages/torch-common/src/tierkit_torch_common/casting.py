@@ -86,29 +86,28 @@ def register_row_casting(
             continue
         p = len(entry.params)
 
-        def op(x, *rest, offset=0.0, casting_mode="aten", _e=entry, _p=p):
-            name = f"{ns}::{_e.name}"
+        def arranged(overload, x, residual, rest, offset, casting_mode, _e=entry, _p=p):
+            """The overload's checks, then the plain call's parameters and
+            eps and the product after it (arrange)."""
+            name = f"{ns}::{overload}"
             params, eps = _split(rest, _p, _e.eps)
             check(name, _e, x, params)
-            inner, after = arrange(torch, name, _e, x, params, offset, casting_mode)
+            if residual is not None:
+                same(name, residual, "residual", x)
+            return (*arrange(torch, name, _e, x, params, offset, casting_mode), eps)
+
+        def op(x, *rest, offset=0.0, casting_mode="aten", _e=entry, _arranged=arranged):
+            inner, after, eps = _arranged(_e.name, x, None, rest, offset, casting_mode)
             y = getattr(ops, _e.name).default(x, *inner, eps)
             return y if after is None else after * y
 
-        def add(x, residual, *rest, offset=0.0, casting_mode="aten", _e=entry, _p=p):
-            name = f"{ns}::{_e.add_name}"
-            params, eps = _split(rest, _p, _e.eps)
-            check(name, _e, x, params)
-            same(name, residual, "residual", x)
-            inner, after = arrange(torch, name, _e, x, params, offset, casting_mode)
+        def add(x, residual, *rest, offset=0.0, casting_mode="aten", _e=entry, _arranged=arranged):
+            inner, after, eps = _arranged(_e.add_name, x, residual, rest, offset, casting_mode)
             y, h = getattr(ops, _e.add_name).default(x, residual, *inner, eps)
             return (y if after is None else after * y), h
 
-        def add_(x, residual, *rest, offset=0.0, casting_mode="aten", _e=entry, _p=p):
-            name = f"{ns}::{_e.add_name}_"
-            params, eps = _split(rest, _p, _e.eps)
-            check(name, _e, x, params)
-            same(name, residual, "residual", x)
-            inner, after = arrange(torch, name, _e, x, params, offset, casting_mode)
+        def add_(x, residual, *rest, offset=0.0, casting_mode="aten", _e=entry, _arranged=arranged):
+            inner, after, eps = _arranged(_e.add_name + "_", x, residual, rest, offset, casting_mode)
             if after is not None:
                 # The call writes h into `residual` before the product reads
                 # the weight: one that lives in it (residual[0]) is read as

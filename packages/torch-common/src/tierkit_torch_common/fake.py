@@ -17,9 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable
 
-
-def _join(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+from ._words import dtype_name, one_of
 
 
 def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None) -> None:
@@ -36,7 +34,7 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
     the layout of aten's elementwise result, with the same error messages.
     """
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
-    accepted_text = _join(list(accepted_dtypes))
+    accepted_text = one_of(list(accepted_dtypes))
 
     def fake_pointwise(op: str, names: Sequence[str], float_scalar: bool) -> Callable[..., Any]:
         def fake(*args: Any) -> Any:
@@ -51,7 +49,11 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
                 dtype = torch.get_default_dtype()  # a Python float promotes integer tensors
             if dtype not in accepted:
                 bad = next((i for i, t in enumerate(tensors) if t.dtype not in accepted), len(tensors) - 1)
-                got = _name(tensors[bad].dtype) if tensors[bad].dtype not in accepted else _name(dtype)
+                got = (
+                    dtype_name(tensors[bad].dtype)
+                    if tensors[bad].dtype not in accepted
+                    else dtype_name(dtype)
+                )
                 raise RuntimeError(f"{op}: {names[bad]}: expected dtype {accepted_text}, got {got}")
             shape = list(tensors[0].shape)
             for i in range(1, len(tensors)):
@@ -77,10 +79,6 @@ def register_fake_kernels(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
         torch.library.register_fake(op, fake_pointwise(op, entry.tensors, bool(entry.scalars)), lib=lib)
 
 
-def _name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def apply_out_rules(torch: Any, op: str, out: Any, result: Any, resize: bool = True) -> None:
     """The out= rules (aten's, stricter on shape; the C++ kernels' words):
     `out` on the result's device, of a dtype the result can be cast to; an
@@ -93,7 +91,7 @@ def apply_out_rules(torch: Any, op: str, out: Any, result: Any, resize: bool = T
     torch._check(
         torch.can_cast(result.dtype, out.dtype),
         lambda: (
-            f"{op}: out: expected a dtype the result ({_name(result.dtype)}) can be cast to, got {_name(out.dtype)}"
+            f"{op}: out: expected a dtype the result ({dtype_name(result.dtype)}) can be cast to, got {dtype_name(out.dtype)}"
         ),
     )
     if out.shape != result.shape:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from tierkit_core.op_table import ROW_MAPS, RowMap
 
+from ._words import dtype_name, one_of
 from .fake import _bound_on_first_call
 
 __all__ = [
@@ -29,14 +30,6 @@ __all__ = [
     "register_row_maps",
     "row_map_faces",
 ]
-
-
-def _name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _join(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def result_dtype(torch: Any, x: Any, tables: Sequence[Any]) -> Any:
@@ -122,19 +115,19 @@ def map_checks(torch: Any, accepted_dtypes: Sequence[str]) -> Callable[..., None
     """``check(op, entry, x, tables)``: the kind's argument rules, with the C++
     kernels' messages (torch-cpu's include/tierkit_torch/row_maps.h)."""
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
-    accepted_text = _join(list(accepted_dtypes))
+    accepted_text = one_of(list(accepted_dtypes))
 
     def check(op: str, entry: RowMap, x: Any, tables: Sequence[Any]) -> None:
         if x.dim() == 0:
             raise RuntimeError(f"{op}: x: expected a tensor with at least one dimension, got a 0-d tensor")
         if x.dtype not in accepted:
-            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {_name(x.dtype)}")
+            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {dtype_name(x.dtype)}")
         first = entry.tables[0]
         for name, t in zip(entry.tables, tables):
             if t.device != x.device:
                 raise RuntimeError(f"{op}: {name}: expected device {x.device} (same as x), got {t.device}")
             if t.dtype not in accepted:
-                raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {_name(t.dtype)}")
+                raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {dtype_name(t.dtype)}")
             if t.dim() == 0:
                 raise RuntimeError(
                     f"{op}: {name}: expected a tensor with at least one dimension (its last is the rotary "

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS, RowReduction
 from tierkit_core.op_testing import evaluate_row, row_names
 
+from ._words import dtype_name, one_of
 from .fake import _bound_on_first_call
 
 __all__ = [
@@ -29,14 +30,6 @@ __all__ = [
     "row_checks",
     "row_faces",
 ]
-
-
-def _name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _join(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def compute_dtype(torch: Any, x: Any, params: Sequence[Any] = ()) -> Any:
@@ -116,7 +109,7 @@ def row_checks(torch: Any, accepted_dtypes: Sequence[str]) -> tuple[Callable[...
     fake kernels use them, and so does the stable tier's Python autograd,
     which must refuse a bad call before its differentiable path runs."""
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
-    accepted_text = _join(list(accepted_dtypes))
+    accepted_text = one_of(list(accepted_dtypes))
 
     def check(op: str, entry: RowReduction, x: Any, params: Sequence[Any]) -> None:
         if x.dim() == 0:
@@ -124,14 +117,14 @@ def row_checks(torch: Any, accepted_dtypes: Sequence[str]) -> tuple[Callable[...
                 f"{op}: x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor"
             )
         if x.dtype not in accepted:
-            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {_name(x.dtype)}")
+            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {dtype_name(x.dtype)}")
         for name, p in zip(entry.params, params):
             if p is None:
                 continue
             if p.device != x.device:
                 raise RuntimeError(f"{op}: {name}: expected device {x.device} (same as x), got {p.device}")
             if p.dtype not in accepted:  # any float dtype, as aten's: the output keeps x's
-                raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {_name(p.dtype)}")
+                raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {dtype_name(p.dtype)}")
             torch._check(
                 p.dim() == 1 and p.shape[0] == x.shape[-1],
                 lambda name=name, p=p: (
@@ -142,7 +135,7 @@ def row_checks(torch: Any, accepted_dtypes: Sequence[str]) -> tuple[Callable[...
     def same(op: str, t: Any, name: str, x: Any) -> None:
         if t.dtype != x.dtype:
             raise RuntimeError(
-                f"{op}: {name}: expected dtype {_name(x.dtype)} (same as x), got {_name(t.dtype)}"
+                f"{op}: {name}: expected dtype {dtype_name(x.dtype)} (same as x), got {dtype_name(t.dtype)}"
             )
         torch._check(
             t.shape == x.shape,

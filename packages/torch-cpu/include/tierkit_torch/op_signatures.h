@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "tierkit/op_table.h"
 #include "tierkit_torch/op_handle.h"
 
 #include <array>
@@ -97,5 +98,12 @@ struct TypedCall<Info, std::index_sequence<I...>, std::index_sequence<J...>> {
     return op.call(*t[I]..., s[J]..., out);
   }
 };
+
+// The out writers' qualified names ("tierkit::add_out"): the template
+// argument of their kernels (Signatures<...>::writer<k_add_out>), which
+// find the op by it, in every library that registers one.
+#define TIERKIT_WRITER_NAME(name, of, Functor) inline constexpr char k_##name[] = "tierkit::" #name;
+TIERKIT_OUT_WRITERS(TIERKIT_WRITER_NAME)
+#undef TIERKIT_WRITER_NAME
 
 }  // namespace tierkit_torch

@@ -88,6 +88,15 @@ def unwrap_model(model: Any, who: str) -> torch.nn.Module:
 # ---------------------------------------------------------------- forwards
 
 
+def warn_skipped(who: str, skipped: dict[str, str], stacklevel: int = 3) -> None:
+    """One warning naming each module left as it was, and why (patch and hub.mark)."""
+    if skipped:
+        warnings.warn(
+            f"{who}: left as they were: " + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items())),
+            stacklevel=stacklevel,
+        )
+
+
 def _norm_forward(mode: str, offset: float, eps_attr: str) -> Callable[..., Any]:
     from . import ops
 
@@ -685,10 +694,5 @@ def patch(model: torch.nn.Module) -> dict[str, int]:
                 counts["rotary"] += 1
             else:
                 skipped[name] = why or "its forward could not be rebuilt"
-    if skipped:
-        warnings.warn(
-            "tierkit_torch.patch: left as they were: "
-            + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items())),
-            stacklevel=2,
-        )
+    warn_skipped("tierkit_torch.patch", skipped)
     return counts

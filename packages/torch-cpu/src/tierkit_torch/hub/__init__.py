@@ -23,7 +23,6 @@ imported only when these functions are called.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -222,12 +221,7 @@ def mark(model: torch.nn.Module) -> dict[str, int]:
                 _models.bind(module, ("hub", "rotary"))
             module.__dict__[_MARK] = True
             counts["rotary"] += 1
-    if skipped:
-        warnings.warn(
-            "tierkit_torch.hub.mark: left as they were: "
-            + "; ".join(f"{k} ({v})" for k, v in sorted(skipped.items())),
-            stacklevel=2,
-        )
+    _models.warn_skipped("tierkit_torch.hub.mark", skipped)
     return counts
 
 

@@ -86,12 +86,25 @@ def timed_rows(results: dict, section: str) -> list[dict]:
     return [r for r in results["sections"].get(section, {}).get("rows", []) if "median_s" in r]
 
 
+def skipped_lines(results: dict, section: str, key: str) -> list[str]:
+    """A line per row of `section` that was skipped: its `key`, and why."""
+    rows = results["sections"].get(section, {}).get("rows", [])
+    return [f"{r[key]}: skipped ({r['skipped']})." for r in rows if "skipped" in r]
+
+
 def pick(rows, **match):
     return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
 
 
 def target(name, threshold, measured, met, detail=""):
     return {"target": name, "threshold": threshold, "measured": measured, "met": met, "detail": detail}
+
+
+def per_call_target(name: str, goal: float, ours: dict, theirs: dict) -> dict:
+    """`name`: ours' median time a call <= goal x theirs' (both medians from one interleaved run)."""
+    ratio = ours["median_s"] / theirs["median_s"]
+    detail = f"{ours['median_s'] * 1e6:.2f} us vs {theirs['median_s'] * 1e6:.2f} us"
+    return target(name, goal, round(ratio, 2), ratio <= goal, detail)
 
 
 def not_measured(name, threshold, why):

@@ -9,7 +9,18 @@ import sys
 import textwrap
 
 from ..timing import Samples, interleaved
-from ._common import Config, color_of, need, pick, row, table, target, timed, timed_rows
+from ._common import (
+    Config,
+    color_of,
+    need,
+    per_call_target,
+    pick,
+    row,
+    skipped_lines,
+    table,
+    timed,
+    timed_rows,
+)
 
 TITLE = "Dispatch latency (1-element tensors)"
 
@@ -82,9 +93,7 @@ def markdown(results: dict) -> list[str]:
             [[r["impl"], r["process"], timed(r)] for r in timed_rows(results, "dispatch")],
         )
     ]
-    for r in results["sections"].get("dispatch", {}).get("rows", []):
-        if "skipped" in r:
-            out.append(f"\n{r['impl']}: skipped ({r['skipped']}).")
+    out += [f"\n{line}" for line in skipped_lines(results, "dispatch", "impl")]
     return out
 
 
@@ -95,29 +104,12 @@ def targets(results: dict) -> list[dict]:
     aten = pick(d, impl="torch.ops.aten.add.Tensor")
     name = "torch.ops.tierkit.custom_add.default <= 1.3 x torch.ops.aten.add.Tensor (1 element)"
     if ours and aten:
-        ratio = ours[0]["median_s"] / aten[0]["median_s"]  # both medians from the same interleaved run
-        out.append(
-            target(
-                name,
-                1.3,
-                round(ratio, 2),
-                ratio <= 1.3,
-                f"{ours[0]['median_s'] * 1e6:.2f} us vs {aten[0]['median_s'] * 1e6:.2f} us",
-            )
-        )
+        out.append(per_call_target(name, 1.3, ours[0], aten[0]))
     face = pick(d, impl="tierkit_torch.custom_add (typed face)")
     add = pick(d, impl="torch.add")
     if face and add:
-        ratio = face[0]["median_s"] / add[0]["median_s"]
-        out.append(
-            target(
-                "tierkit_torch.custom_add (typed face) <= 1.3 x torch.add (1 element)",
-                1.3,
-                round(ratio, 2),
-                ratio <= 1.3,
-                f"{face[0]['median_s'] * 1e6:.2f} us vs {add[0]['median_s'] * 1e6:.2f} us",
-            )
-        )
+        name = "tierkit_torch.custom_add (typed face) <= 1.3 x torch.add (1 element)"
+        out.append(per_call_target(name, 1.3, face[0], add[0]))
     return out
 
 

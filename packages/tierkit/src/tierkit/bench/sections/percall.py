@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from ..timing import inner_for, interleaved, paired_ratio
-from ._common import Config, need, not_measured, row, table, target, timed
+from ._common import Config, need, not_measured, row, skipped_lines, table, target, timed
 
 TITLE = "Per-call cost and 16-bit dtypes (ratios > 1: tierkit faster)"
 ALPHA, BETA = 1.5, -0.25
@@ -280,9 +280,7 @@ def markdown(results: dict) -> list[str]:
             f"{r['peer']} ({r['time_ratio']:.1f}x the time; goal <= {TORCH_THROUGH_BRIDGE_GOAL}x)."
         )
         out.append("")
-    for r in results["sections"].get("percall", {}).get("rows", []):
-        if "skipped" in r:
-            out.append(f"{r['kind']}: skipped ({r['skipped']}).")
+    out += skipped_lines(results, "percall", "kind")
     return out
 
 

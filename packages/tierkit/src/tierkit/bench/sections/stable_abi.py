@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from ..timing import interleaved, paired_ratio
-from ._common import Config, need, pick, row, table, target, timed, timed_rows
+from ._common import Config, need, per_call_target, pick, row, table, target, timed, timed_rows
 
 TITLE = "Stable ABI trade-off (tierkit_stable vs tierkit vs aten)"
 LARGE_N = 16_000_000
@@ -158,14 +158,6 @@ def targets(results: dict) -> list[dict]:
         ours = pick(d, impl="torch.ops.tierkit_stable.custom_add.default")
         theirs = pick(d, impl="torch.ops.tierkit.custom_add.default")
         if ours and theirs:
-            q = ours[0]["median_s"] / theirs[0]["median_s"]
-            out.append(
-                target(
-                    f"tierkit_stable custom_add <= 2.0 x tierkit's per call (1 element, requires_grad={grad})",
-                    2.0,
-                    round(q, 2),
-                    q <= 2.0,
-                    f"{ours[0]['median_s'] * 1e6:.2f} us vs {theirs[0]['median_s'] * 1e6:.2f} us",
-                )
-            )
+            name = f"tierkit_stable custom_add <= 2.0 x tierkit's per call (1 element, requires_grad={grad})"
+            out.append(per_call_target(name, 2.0, ours[0], theirs[0]))
     return out

@@ -1,0 +1,81 @@
+// What the row kinds' tests share: values in a row test's dtype (long double
+// in and out, the references' precision; the bits the same-bits checks
+// compare), and the check that a kernel's bits do not depend on how its rows
+// are split among threads.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tierkit/dtype.h"
+#include "tierkit/kernels.h"  // PoolRunner
+
+namespace row_test_support {
+
+template <typename T>
+using C = tierkit::compute_t<T>;
+
+template <typename T>
+long double ld(const T& v) {
+  return static_cast<long double>(tierkit::load_compute(&v));
+}
+template <typename T>
+T to_t(long double v) {
+  T out;
+  tierkit::store_compute(&out, static_cast<C<T>>(v));
+  return out;
+}
+template <typename T>
+std::uint64_t bits_of(const T& v) {
+  std::uint64_t u = 0;
+  std::memcpy(&u, &v, sizeof(T));
+  return u;
+}
+template <typename T>
+T from_bits(std::uint64_t u) {
+  T v{};
+  std::memcpy(static_cast<void*>(&v), &u, sizeof(T));  // little-endian: T's bytes are u's low ones
+  return v;
+}
+// Every element's bits, for EXPECT_EQ over a kernel's outputs.
+template <typename V>
+std::vector<std::uint64_t> as_bits(const V& v) {
+  std::vector<std::uint64_t> b;
+  for (const auto& e : v) b.push_back(bits_of(e));
+  return b;
+}
+
+// Runs fn over chunks of `chunk` items, last chunk first: a Runner whose
+// split and order differ from the pool's.
+struct ReverseChunkRunner {
+  std::int64_t chunk = 1;
+  template <typename Fn>
+  void operator()(std::int64_t n, std::int64_t, const Fn& fn) const {
+    for (std::int64_t hi = n; hi > 0; hi -= chunk) fn(std::max<std::int64_t>(0, hi - chunk), hi);
+  }
+};
+
+struct Shape {
+  std::int64_t rows, d;
+};
+
+// outputs(rows, d, runner) (every output of a kernel, as one comparable value)
+// is the same on one thread, two, the pool's default and reversed chunks of 1
+// and 7 rows. 300 x 257: several pool chunks and 38 dw blocks; 1200 x 64:
+// the maximum 64 blocks.
+template <typename Outputs>
+void expect_same_bits_for_any_runner(const Outputs& outputs) {
+  for (const Shape& s : {Shape{300, 257}, Shape{1200, 64}, Shape{3, 5000}}) {
+    const auto one = outputs(s.rows, s.d, tierkit::kernels::PoolRunner{1});
+    EXPECT_EQ(one, outputs(s.rows, s.d, tierkit::kernels::PoolRunner{2}));
+    EXPECT_EQ(one, outputs(s.rows, s.d, tierkit::kernels::PoolRunner{}));
+    EXPECT_EQ(one, outputs(s.rows, s.d, ReverseChunkRunner{1}));
+    EXPECT_EQ(one, outputs(s.rows, s.d, ReverseChunkRunner{7}));
+  }
+}
+
+}  // namespace row_test_support
