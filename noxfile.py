@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nox
@@ -147,6 +148,15 @@ for _name in matrix.PER_PYTHON_TIERS:
         _python_session(_name, _version)
 
 
+_STARTED = time.monotonic()
+
+
+def _step(session: nox.Session, label: str) -> None:
+    """A step's heading with the minutes since nox started: CI's log then
+    says where its time goes (the run's bar is 30 minutes)."""
+    session.log(f"==== {label} (at {(time.monotonic() - _STARTED) / 60:.1f} min)")
+
+
 @nox.session(name=f"tests-abi3-{matrix.ABI3_PYTHON}")
 def tests_abi3(session: nox.Session) -> None:
     """torch-cpu's and torch-stable's cp310-abi3 wheels, built once here, tested
@@ -212,24 +222,25 @@ def tests(session: nox.Session) -> None:
     after any session named after `tests` on the command line)."""
     wheels.prepare_torch_envs()  # tests-stable's other torches install while the tiers before it test
     for name in TIERS:
-        session.log(f"==== tests-{name}")
+        _step(session, f"tests-{name}")
         run_tier_tests(session, name, in_ci=True)
     for name, version in matrix.CI_CELLS:  # tests-stable covered the newest torch
-        session.log(f"==== tests-{name}-{version}")
+        _step(session, f"tests-{name}-{version}")
         matrix.test_tier_on_python(session, name, version, ())
-    session.log("==== tests-core-aarch64 -- --subset")
+    _step(session, "tests-core-aarch64 -- --subset")
     emulation.test_aarch64(session, ["--subset"])
-    session.log("==== tests-core-x86-baseline -- --subset")
+    _step(session, "tests-core-x86-baseline -- --subset")
     emulation.test_x86_baseline(session, env_with(session, with_deps("bridge")), ["--subset"])
-    session.log("==== tests-models")
+    _step(session, "tests-models")
     run_model_tests(session)
-    session.log("==== tests-cross")
+    _step(session, "tests-cross")
     run_cross_tier_tests(session)
 
 
 @nox.session
 def sanitize(session: nox.Session) -> None:
     """ASan+UBSan (and TSan for the threaded parts) over core, then the Python tiers under ASan."""
+    _step(session, "sanitize: core under ASan+UBSan")
     run_ctest(
         session,
         "core",
@@ -237,6 +248,7 @@ def sanitize(session: nox.Session) -> None:
         "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
         "-DTIERKIT_SANITIZE=address,undefined",
     )
+    _step(session, "sanitize: core under TSan")
     run_ctest(
         session,
         "core",
@@ -260,7 +272,9 @@ def sanitize(session: nox.Session) -> None:
     py = env_with(session, needs, *requirements_for(sanitized))
     sanitizers.reset_site()
     for name in sanitized:
+        _step(session, f"sanitize: {name} under ASan+UBSan")
         sanitizers.sanitize_tier(session, py, name)
+    _step(session, "sanitize: the cross-tier journeys under ASan")
     # The cross-tier journey and bad-input tests, against the sanitized tiers.
     sanitizers.pytest_under_asan(
         session, py, str(ROOT / "tests" / "test_journey.py"), str(ROOT / "tests" / "test_bad_inputs.py")

@@ -9,7 +9,9 @@
 //  * TensorView entry points that check shapes, dtypes and overlap, take the
 //    contiguous loop when every operand is contiguous, walk strides
 //    otherwise, and split the work over the shared ThreadPool.
-// 16-bit floats compute in float and round once on store.
+// 16-bit floats compute in float and round once on store. The CPU's level
+// and its targets (simd_level.h), the 16-bit conversions (simd_convert.h)
+// and the streaming rule (streaming.h) have files of their own.
 #pragma once
 
 #include <algorithm>
@@ -30,19 +32,11 @@
 #include "tierkit/functors.h"
 #include "tierkit/op_table.h"
 #include "tierkit/parallel.h"
+#include "tierkit/simd_convert.h"  // the 16-bit vector conversions
+#include "tierkit/simd_level.h"    // which level runs, and the targets that build one
+#include "tierkit/streaming.h"     // when an output goes around the cache
 #include "tierkit/view.h"
 #include "tierkit/vmath.h"
-
-// At file scope: the intrinsics' declarations must not land in a tierkit
-// namespace (a later `#include <immintrin.h>` in the user's file would then
-// find them already included, under our namespace, and declare nothing).
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__CUDACC__)
-#include <cpuid.h>  // __get_cpuid: F16C under clang (cpu_has_f16c)
-#include <immintrin.h>
-#endif
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>  // sysconf: the last-level cache's size (streaming_threshold)
-#endif
 
 // `omp simd` asserts no loop-carried dependency (true even when out is an
 // input: element i only reads element i) and, with -fopenmp-simd (which the
@@ -146,54 +140,8 @@ struct InnerOp {
   TIERKIT_VECTORIZE_LOOP \
   for (std::int64_t i = 0; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));
 
-// Builds for baseline x86-64 get SSE2 only; the same loop compiled for AVX2
-// (or AVX-512) and picked at run time moves twice (four times) the bytes per
-// instruction (measured on 1e6 in-cache floats: 392 us with SSE2, 198 us with
-// AVX2), and makes the branch-free half/bfloat16 conversions (dtype.h)
-// vectorize. Never "fma": contracting a*x+b into one rounding would change
-// results (and -ffp-contract=off forbids it anyway).
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(__AVX2__) && \
-    !defined(__CUDACC__)
-#define TIERKIT_SIMD_DISPATCH 1
+#ifdef TIERKIT_SIMD_DISPATCH
 namespace detail {
-enum class SimdLevel { Baseline, Avx2, Avx512 };
-inline SimdLevel simd_level() {
-  static const SimdLevel level = [] {
-    __builtin_cpu_init();
-    // TIERKIT_SIMD=avx2|baseline caps the level (as ATEN_CPU_CAPABILITY does
-    // for torch): to compare, or to avoid AVX-512 on CPUs that slow down for
-    // it (=avx512: AVX-512 without its BF16 conversions, below).
-    // The vector levels' loops are compiled with FMA too (a compute-bound
-    // op's std::fma), so each level asks for it.
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (const char* cap = std::getenv("TIERKIT_SIMD")) {
-      if (std::strcmp(cap, "baseline") == 0) return SimdLevel::Baseline;
-      if (std::strcmp(cap, "avx2") == 0) return avx2 ? SimdLevel::Avx2 : SimdLevel::Baseline;
-    }
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-      return SimdLevel::Avx512;
-    return avx2 ? SimdLevel::Avx2 : SimdLevel::Baseline;
-  }();
-  return level;
-}
-// The vector loops are unrolled (GCC's -funroll-loops for these two
-// functions only; Clang interleaves vectorized loops by itself): a loop of
-// one vector per iteration measured 1.95 us for a 1e4-element float add on
-// AMD Zen 3 when the operands sit at unlucky offsets modulo 4 KiB (as numpy
-// happens to place them), 1.45-1.55 us unrolled; other offsets ~1.3 us
-// either way.
-#if defined(__GNUC__) && !defined(__clang__)
-#define TIERKIT_UNROLLED , optimize("unroll-loops")
-#else
-#define TIERKIT_UNROLLED
-#endif
-// The levels' targets. With "fma" only an explicit std::fma becomes one:
-// fp-contract=off (core's flag, and on the functions themselves, in case a
-// consumer's build lacks the flag) keeps a*x+b rounded twice.
-#define TIERKIT_AVX2 __attribute__((target("avx2,fma"), optimize("fp-contract=off") TIERKIT_UNROLLED))
-#define TIERKIT_AVX512 \
-  __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl"), optimize("fp-contract=off") TIERKIT_UNROLLED))
 template <typename T, typename Op, typename... In>
 TIERKIT_AVX2 void map_contiguous_avx2(const Op& op, T* out, std::int64_t n, const In*... in) {
   TIERKIT_MAP_LOOP
@@ -214,160 +162,7 @@ TIERKIT_AVX512 void map_contiguous_avx512(const Op& op, T* out, std::int64_t n, 
 // (On Zen 3 a first float16 version that staged blocks through scalar
 // conversions was 3.5x slower than converting a vector at a time; these
 // conversions are vectors.) The block is read whole before it is written,
-// so out may alias an input exactly.
-//
-// Conversions, bit-identical to the scalar ones (tests/test_conversions_simd.cpp,
-// every input): float16 through F16C, which rounds to nearest even and
-// handles subnormals as the scalar code does; only NaN outputs differ (F16C
-// keeps payload bits, the scalar gives sign | 0x7e00), so those lanes are
-// rewritten. bfloat16 by integer arithmetic, the scalar formula in lanes.
-// The functions carry "fma" so that vmath::vexp_sigmoid's std::fma becomes
-// an instruction; no other contraction happens (-ffp-contract=off, core's
-// flag, and fp-contract=off on the functions themselves).
-// F16C from CPUID leaf 1 (ECX bit 29) under clang, whose
-// __builtin_cpu_supports did not know "f16c" before clang 16.
-inline bool cpu_has_f16c() {
-#if defined(__clang__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-#else
-  return __builtin_cpu_supports("f16c");
-#endif
-}
-inline bool cpu_has_16bit_simd() {
-  static const bool has = [] {
-    __builtin_cpu_init();  // the row kernels' and the strided loops' dispatch may ask before simd_level()
-    return cpu_has_f16c() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has;
-}
-
-inline void canonical_nans(const float* in, Half* out, unsigned lanes) {
-  for (; lanes; lanes &= lanes - 1) {
-    const int k = __builtin_ctz(lanes);
-    out[k].bits = Half::from_float(in[k]);
-  }
-}
-
-// The 16-bit loops' targets (the row kernels' 16-bit rows use them too).
-#define TIERKIT_16_AVX2 __attribute__((target("avx2,f16c,fma")))
-#define TIERKIT_16_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl")))
-
-// Each converter moves one vector of floats' worth, in order: 8 elements
-// (AVX2) or 16 (AVX-512). (Widening bfloat16 by interleaving with zeros,
-// which permutes the elements, measured no faster for silu_mul; the row kernels'
-// sums need the order.)
-inline constexpr std::int64_t kLanes256 = 8;
-inline constexpr std::int64_t kLanes512 = 16;
-
-TIERKIT_16_AVX2 inline void to_floats_256(const Half* in, float* out) {
-  _mm256_store_ps(out, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in))));
-}
-TIERKIT_16_AVX2 inline void from_floats_256(const float* in, Half* out) {
-  const __m256 v = _mm256_load_ps(in);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
-                   _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  const unsigned nan = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-  if (nan) canonical_nans(in, out, nan);
-}
-TIERKIT_16_AVX2 inline void to_floats_256(const BFloat16* in, float* out) {
-  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
-  _mm256_store_ps(out, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
-}
-// BFloat16::from_float in lanes: (x + 0x7fff + lsb) >> 16, NaNs quieted.
-TIERKIT_16_AVX2 inline void from_floats_256(const float* in, BFloat16* out) {
-  const __m256 v = _mm256_load_ps(in);
-  const __m256i x = _mm256_castps_si256(v);
-  const __m256i hi = _mm256_srli_epi32(x, 16);
-  const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  const __m256i quiet = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-  const __m256i r =
-      _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-  // 32 -> 16 bits (every lane is <= 0xffff, so the unsigned saturation never
-  // bites), the two 128-bit halves' results brought together.
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
-}
-// inner_table's entries for 8 or 16 16-bit patterns (any 16-bit type).
-TIERKIT_16_AVX2 inline void gather_256(const void* in, const float* table, float* out) {
-  const __m256i idx = _mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(in)));
-  _mm256_store_ps(out, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), table, idx,
-                                                _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
-}
-TIERKIT_16_AVX512 inline void gather_512(const void* in, const float* table, float* out) {
-  const __m512i idx =
-      _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(static_cast<const __m256i*>(in)));
-  _mm512_store_ps(out, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xffff, idx, table, 4));
-}
-
-TIERKIT_16_AVX512 inline void to_floats_512(const Half* in, float* out) {
-  // The masked form: the plain one starts from _mm512_undefined_ps, which
-  // GCC 12 reports as maybe-uninitialized (as it does for the plain integer
-  // shifts and conversions: hence their maskz forms below).
-  _mm512_store_ps(out, _mm512_mask_cvtph_ps(_mm512_setzero_ps(), 0xffff,
-                                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in))));
-}
-TIERKIT_16_AVX512 inline void from_floats_512(const float* in, Half* out) {
-  const __m512 v = _mm512_load_ps(in);
-  _mm256_storeu_si256(
-      reinterpret_cast<__m256i*>(out),
-      _mm512_mask_cvtps_ph(_mm256_setzero_si256(), 0xffff, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  const unsigned nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  if (nan) canonical_nans(in, out, nan);
-}
-TIERKIT_16_AVX512 inline void to_floats_512(const BFloat16* in, float* out) {
-  const __m512i w =
-      _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in)));
-  _mm512_store_ps(out, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, w, 16)));
-}
-TIERKIT_16_AVX512 inline __m512i bf16_bits_512(const float* in) {
-  const __m512 v = _mm512_load_ps(in);
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_maskz_srli_epi32(0xffff, x, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_maskz_srli_epi32(
-      0xffff, _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  return _mm512_mask_or_epi32(rounded, nan, hi, _mm512_set1_epi32(0x40));
-}
-TIERKIT_16_AVX512 inline void from_floats_512(const float* in, BFloat16* out) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                      _mm512_maskz_cvtepi32_epi16(0xffff, bf16_bits_512(in)));
-}
-
-// Where the CPU has AVX512-BF16 (Intel Cooper Lake and later, AMD Zen 4):
-// VCVTNEPS2BF16 rounds 16 floats to bfloat16 in one instruction, to nearest
-// even with NaNs quieted (x >> 16 | 0x40): the scalar formula's bits, but
-// for subnormal inputs, which it flushes to zero. A block with one (rare:
-// an op's result below 2^-126) takes the integer lanes instead.
-#define TIERKIT_16_AVX512BF16 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl,avx512bf16")))
-// TIERKIT_SIMD=avx512 caps below it (CTest runs the other AVX-512 path so).
-inline bool cpu_has_avx512bf16() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    const char* cap = std::getenv("TIERKIT_SIMD");
-    return __builtin_cpu_supports("avx512bf16") && !(cap && std::strcmp(cap, "avx512") == 0);
-  }();
-  return has;
-}
-// The row kernels' bfloat16 stores also classify floats (VFPCLASSPS, DQ).
-inline bool cpu_has_avx512bf16_dq() {
-  static const bool has = cpu_has_avx512bf16() && __builtin_cpu_supports("avx512dq");
-  return has;
-}
-TIERKIT_16_AVX512BF16 inline void from_floats_512_bf16(const float* in, BFloat16* out) {
-  const __m512 v = _mm512_load_ps(in);
-  const __m512i x = _mm512_castps_si512(v);
-  // Subnormal: exponent bits 0, mantissa not.
-  const __mmask16 subnormal = _mm512_mask_test_epi32_mask(
-      _mm512_testn_epi32_mask(x, _mm512_set1_epi32(0x7f800000)), x, _mm512_set1_epi32(0x007fffff));
-  const __m256i r = subnormal ? _mm512_maskz_cvtepi32_epi16(0xffff, bf16_bits_512(in))
-                              : reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), r);
-}
-
+// so out may alias an input exactly. The conversions: simd_convert.h.
 inline constexpr std::int64_t kBlock16 = 256;
 
 template <typename Op, std::size_t N, std::size_t... K>
@@ -431,19 +226,6 @@ __attribute__((always_inline)) inline void apply_block_of(const Op& op, bool gat
   }                                                                                         \
   for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));                   \
   if (stream) _mm_sfence();
-
-// A 64-byte line of 16-bit results from `from` (aligned) to `to` (aligned),
-// around the cache.
-inline constexpr std::int64_t kLine16 = 32;
-TIERKIT_16_AVX2 inline void stream_line_256(const void* from, void* to) {
-  const auto* f = static_cast<const __m256i*>(from);
-  auto* t = static_cast<__m256i*>(to);
-  _mm256_stream_si256(t, _mm256_load_si256(f));
-  _mm256_stream_si256(t + 1, _mm256_load_si256(f + 1));
-}
-TIERKIT_16_AVX512 inline void stream_line_512(const void* from, void* to) {
-  _mm512_stream_si512(static_cast<__m512i*>(to), _mm512_load_si512(from));
-}
 
 // `stream`: whole blocks' results go out a line at a time around the cache
 // (streaming_stores_16bit), converted into `lines` first: a converter's own
@@ -509,110 +291,6 @@ TIERKIT_AVX512 void map_streaming_avx512(const Op& op, T* out, std::int64_t n, c
 #undef TIERKIT_STREAMING_LOOP
 }  // namespace detail
 #endif
-
-// Whether a contiguous loop over `n` elements of T with `operands` arrays
-// (inputs and output) streams its output past the cache. Yes once the
-// chunk moves at least streaming_threshold() bytes: 3/4 of the last-level
-// cache's share of one hardware thread (the rule glibc's memcpy uses for
-// its non-temporal copies). The torch tiers and core's pool split an op
-// into one chunk a thread, so a chunk that large means the op's arrays
-// cannot all stay in the cache: its output would be evicted before anyone
-// reads it, and the read for ownership is pure cost. Smaller outputs keep
-// ordinary stores, which leave the result in the cache for the next op.
-// TIERKIT_STREAMING_STORES=off never streams, =on always (tests use it to
-// run every kernel through the streaming loop); read once.
-namespace detail {
-// The last-level cache's share of one hardware thread, in bytes, as the
-// kernel reports it (sysfs: the highest cache level of cpu0, its size over
-// the CPUs that share it, as lscpu reads it); -1 where sysfs has no caches.
-// Not sysconf's: glibc derives it from CPUID, which a VM may fill in as it
-// likes (an AMD EPYC VM with a 32 MiB L3 shared by its 2 CPUs: sysconf
-// 320 MiB, so nothing here ever streamed).
-// At most this much a thread, whatever sysfs says: no CPU gives one core
-// more than ~12 MiB of its last-level cache (an X3D CCD's 96 MiB over 8
-// cores), but a VM sees the host's whole L3 shared by only its own CPUs (an
-// Intel Xeon VM of 2 CPUs: 480 MiB, 240 MiB a thread, so a rotary
-// embedding's 128 MiB rows never streamed, though streamed they ran in
-// 9.1 ms against 13.5 ms).
-inline constexpr long kMaxLlcShare = 32L << 20;
-inline long sysfs_llc_share() {
-  long best = -1;
-  int best_level = 0;
-  for (int i = 0; i < 16; ++i) {
-    char path[96];
-    const auto read = [&](const char* leaf, char* buf, int n) {
-      std::snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%d/%s", i, leaf);
-      std::FILE* f = std::fopen(path, "r");
-      if (!f) return false;
-      const bool ok = std::fgets(buf, n, f) != nullptr;
-      std::fclose(f);
-      return ok;
-    };
-    char level[16], size[32], shared[256];
-    if (!read("level", level, sizeof(level))) break;
-    if (!read("size", size, sizeof(size)) || !read("shared_cpu_list", shared, sizeof(shared))) continue;
-    char* unit = nullptr;
-    long bytes = std::strtol(size, &unit, 10);
-    if (*unit == 'K') bytes <<= 10;
-    if (*unit == 'M') bytes <<= 20;
-    long cpus = 0;  // "0-1", "0-7,64-71"
-    for (char* p = shared; *p && *p != '\n';) {
-      const long a = std::strtol(p, &p, 10);
-      const long b = *p == '-' ? std::strtol(p + 1, &p, 10) : a;
-      cpus += b - a + 1;
-      if (*p == ',')
-        ++p;
-      else if (*p && *p != '\n')
-        break;
-    }
-    const int lv = std::atoi(level);
-    if (bytes > 0 && cpus > 0 && lv >= best_level) {
-      best_level = lv;
-      best = bytes / cpus;
-    }
-  }
-  return best;
-}
-}  // namespace detail
-
-inline std::size_t streaming_threshold() {
-  static const std::size_t threshold = [] {
-    if (const char* mode = std::getenv("TIERKIT_STREAMING_STORES")) {
-      if (std::strcmp(mode, "off") == 0) return SIZE_MAX;
-      if (std::strcmp(mode, "on") == 0) return std::size_t{0};
-    }
-    long share = std::min(detail::sysfs_llc_share(), detail::kMaxLlcShare);
-    if (share <= 0) {
-      long llc = -1;
-#if defined(_SC_LEVEL3_CACHE_SIZE)
-      llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-      if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-      if (llc <= 0) llc = 32L << 20;  // not known: a common server LLC
-      // The hardware threads, not ThreadPool::default_threads(): its cgroup
-      // reading would pull file streams into every library that includes this.
-      share = llc / static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
-    }
-    return static_cast<std::size_t>(share) / 4 * 3;
-  }();
-  return threshold;
-}
-// The 16-bit types too, where their vector loops run (whole lines from a
-// converted block: map_16bit_*; on an AVX-512 Xeon, bfloat16 silu_mul of
-// 1.6e7 elements 3.0 -> 2.5 ms, add 2.25 -> 1.77 ms).
-template <typename T>
-bool streaming_stores(std::int64_t n, std::size_t operands) {
-#ifdef TIERKIT_SIMD_DISPATCH
-  constexpr bool k16 = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-  return (std::is_same_v<T, float> || std::is_same_v<T, double> || k16) && n > 0 &&
-         static_cast<std::size_t>(n) * sizeof(T) * operands >= streaming_threshold() &&
-         detail::simd_level() != detail::SimdLevel::Baseline && (!k16 || detail::cpu_has_16bit_simd());
-#else
-  (void)n;
-  (void)operands;
-  return false;
-#endif
-}
 
 // out[i] = op(in[i]...) over n contiguous elements.
 template <typename T, typename Op, typename... In>
