@@ -4,11 +4,12 @@ would pick instead. Writes results.json, report.md and PNG plots."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any
 
-from . import machine, report, targets
+from . import machine, report, settle, targets
 from .sections import SECTIONS, Config, Skip
 
 
@@ -16,18 +17,29 @@ def run(quick: bool, out_dir: str, log=None, cold_builds: bool = False) -> dict:
     log = log or (lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True))
     cfg = Config(quick=quick, out_dir=out_dir, log=log, cold_builds=cold_builds)
     results: dict[str, Any] = {"quick": quick, "machine": machine.info(), "sections": {}}
-    for i, (name, section) in enumerate(SECTIONS.items(), 1):
+    for i, name in enumerate(SECTIONS, 1):
         log(f"({i}/{len(SECTIONS)}) {name} ...")
-        t0 = time.perf_counter()
-        try:
-            results["sections"][name] = {"rows": section.measure(cfg), "skipped": None}
-        except Skip as why:
-            results["sections"][name] = {"rows": [], "skipped": str(why)}
-            log(f"    skipped: {why}")
-        results["sections"][name]["seconds"] = round(time.perf_counter() - t0, 1)
-        log(f"    done in {results['sections'][name]['seconds']} s")
+        results["sections"][name] = _measure(name, cfg)
     results["targets"] = targets.evaluate(results)
+    if not quick:  # --quick measures no target's own shape: nothing to settle
+
+        def remeasure(name: str, run: int) -> dict:
+            return _measure(name, dataclasses.replace(cfg, repeat=2))
+
+        settle.settle(results, SECTIONS, remeasure, targets.evaluate, log)
     return results
+
+
+def _measure(name: str, cfg: Config) -> dict:
+    t0 = time.perf_counter()
+    try:
+        entry = {"rows": SECTIONS[name].measure(cfg), "skipped": None}
+    except Skip as why:
+        entry = {"rows": [], "skipped": str(why)}
+        cfg.log(f"    skipped: {why}")
+    entry["seconds"] = round(time.perf_counter() - t0, 1)
+    cfg.log(f"    done in {entry['seconds']} s")
+    return entry
 
 
 def main(args) -> int:
@@ -47,4 +59,5 @@ def status(t: dict) -> str:
     """A target's verdict: a figure above its limit is an error, never met."""
     if t.get("error"):
         return "MEASUREMENT ERROR"
-    return "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+    verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "MISSED")
+    return f"{verdict}, UNSETTLED" if t.get("settled") is False else verdict

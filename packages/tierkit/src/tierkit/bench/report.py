@@ -18,7 +18,8 @@ def markdown(results: dict) -> str:
         f"{m['cpu']}, {m['cores']} cores; Python {m['python']}, torch {m.get('torch')}, numpy {m.get('numpy')}, "
         f"torch threads {m.get('torch_threads')}. Mode: {'quick' if results['quick'] else 'full'}. "
         "Every figure is the median of repetitions (min–max in brackets); figures compared with each other "
-        "were measured interleaved in the same repetitions.",
+        "were measured interleaved in the same repetitions. A figure within 5 % of its threshold was measured "
+        "again with twice the repetitions until two runs agreed (settled) or three did not (unsettled).",
         "",
         "## Targets",
         "",
@@ -31,7 +32,8 @@ def markdown(results: dict) -> str:
                     "—" if t["measured"] is None else t["measured"],
                     "**measurement error**"
                     if t.get("error")
-                    else ("not measured" if t["met"] is None else ("yes" if t["met"] else "**no**")),
+                    else ("not measured" if t["met"] is None else ("yes" if t["met"] else "**no**"))
+                    + (" (**unsettled**)" if t.get("settled") is False else ""),
                     t["detail"],
                 ]
                 for t in results["targets"]

@@ -36,10 +36,11 @@ class Config:
     out_dir: str
     log: Callable[[str], None] = print
     cold_builds: bool = False  # --cold-builds: time the torch tiers' cold builds (minutes)
+    repeat: int = 1  # a section measured again (settle.py): this many times the repetitions
 
     @property
     def reps(self) -> int:
-        return 3 if self.quick else 7
+        return (3 if self.quick else 7) * self.repeat
 
 
 def need(module: str):
