@@ -116,3 +116,28 @@ def test_a_spent_budget_leaves_the_rest_unsettled_with_one_figure():
 def test_the_budget_comes_from_the_environment(monkeypatch, seconds):
     monkeypatch.setenv("TIERKIT_BENCH_SETTLE_SECONDS", seconds)
     assert settle.budget_seconds() == float(seconds)
+
+
+def test_the_quickest_sections_are_measured_again_first():
+    sections = {
+        "models": FakeSection("models", {"m": [0.81, 0.82]}),
+        "rows": FakeSection("rows", {"r": [0.79, 0.78]}),
+    }
+    results = {
+        "sections": {
+            "models": {"rows": [{"run": 1}], "seconds": 113.0},
+            "rows": {"rows": [{"run": 1}], "seconds": 75.3},
+        }
+    }
+    calls = []
+
+    def remeasure(name, run):
+        calls.append(name)
+        return {"rows": [{"run": run}], "seconds": 1.0}
+
+    def evaluate(r):
+        return [t for s in sections.values() for t in s.targets(r)]
+
+    results["targets"] = evaluate(results)
+    settle.settle(results, sections, remeasure, evaluate, lambda msg: None, budget_s=1e9)
+    assert calls == ["rows", "models"]
