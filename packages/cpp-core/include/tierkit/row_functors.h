@@ -167,9 +167,6 @@ struct RmsNormRows {
 // RowsVec): the same terms in the same order, so the same bits.
 template <typename W, typename T>
 struct RmsNormRowsVec {
-  using V = typename W::F;
-  TIERKIT_ROW_INLINE static V ld(const T* p) { return load_lanes<W>(p); }
-
   // y = (x * rstd) * w (y may be x: a block is read before it is written);
   // w in float (RowParams arrive in the compute type).
   TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, float rs, std::int64_t d, T* y,
@@ -186,30 +183,23 @@ struct RmsNormRowsVec {
   }
   TIERKIT_ROW_INLINE static void scale_to(const T* x, const float* w, float rs, std::int64_t d, T* y,
                                           bool stream, bool round, const T* ahead) {
-    const V r = splat<W>(rs);
     if (w && round) {  // y = T(T(x * rstd) * w), as RmsNormRows::scale
-      vec_each<W>(
+      vec_each_of<W, T>(
           d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            store_lanes<W>(y + j, round_lanes<W, T>(ld(x + j) * r) * load_lanes<W>(w + j), stream);
-          },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            T xh;
-            store_compute(y + j, store_rounded(&xh, load_compute(x + j) * rs) * w[j]);
-          },
+          [&](auto L, std::int64_t j)
+              TIERKIT_ROW_LAMBDA { L.st(y + j, L.round(L.ld(x + j) * L.splat(rs)) * L.ld(w + j), stream); },
           ahead);
     } else if (w) {
-      vec_each<W>(
+      vec_each_of<W, T>(
           d,
-          [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) * r) * load_lanes<W>(w + j), stream); },
-          [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_compute(y + j, (load_compute(x + j) * rs) * load_compute(w + j)); },
+          [&](auto L, std::int64_t j)
+              TIERKIT_ROW_LAMBDA { L.st(y + j, (L.ld(x + j) * L.splat(rs)) * L.ld(w + j), stream); },
           ahead);
     } else {
-      vec_each<W>(
-          d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, ld(x + j) * r, stream); },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_compute(y + j, load_compute(x + j) * rs); }, ahead);
+      vec_each_of<W, T>(
+          d,
+          [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, L.ld(x + j) * L.splat(rs), stream); },
+          ahead);
     }
   }
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
@@ -217,16 +207,10 @@ struct RmsNormRowsVec {
     const float* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
-      const float ss = vec_sum<W>(
-          d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            const V v = ld(xr + j);
-            return v * v;
-          },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            const float v = load_compute(xr + j);
-            return v * v;
-          });
+      const float ss = vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+        const auto v = L.ld(xr + j);
+        return v * v;
+      });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
       scale(xr, w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
@@ -242,17 +226,11 @@ struct RmsNormRowsVec {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
-      const float ss = vec_sum<W>(
-          d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            store_lanes<W>(hr + j, ld(xr + j) + ld(rr + j));
-            const V hv = ld(hr + j);  // h as rounded to T
-            return hv * hv;
-          },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            const float hv = store_rounded(hr + j, load_compute(xr + j) + load_compute(rr + j));
-            return hv * hv;
-          });
+      const float ss = vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+        L.st(hr + j, L.ld(xr + j) + L.ld(rr + j));
+        const auto hv = L.ld(hr + j);  // h as rounded to T
+        return hv * hv;
+      });
       const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
       rstd[r] = rs;
       scale(hr, w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
@@ -269,45 +247,34 @@ struct RmsNormRowsVec {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
       const float rs = rstd[r];
-      const V R = splat<W>(rs);
       if (!dx) {
-        vec_each<W>(
-            d,
-            [&](std::int64_t j) TIERKIT_ROW_LAMBDA { add_lanes<W>(dwp + j, ld(gr + j) * (ld(xr + j) * R)); },
-            [&](std::int64_t j)
-                TIERKIT_ROW_LAMBDA { dwp[j] += load_compute(gr + j) * (load_compute(xr + j) * rs); });
+        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          L.add(dwp + j, L.ld(gr + j) * (L.ld(xr + j) * L.splat(rs)));
+        });
         continue;
       }
       const float dot =
-          w ? vec_sum<W>(
-                  d,
-                  [&](std::int64_t j)
-                      TIERKIT_ROW_LAMBDA { return (ld(gr + j) * load_lanes<W>(w + j)) * (ld(xr + j) * R); },
-                  [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-                    return (load_compute(gr + j) * load_compute(w + j)) * (load_compute(xr + j) * rs);
-                  })
-            : vec_sum<W>(
-                  d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return ld(gr + j) * (ld(xr + j) * R); },
-                  [&](std::int64_t j)
-                      TIERKIT_ROW_LAMBDA { return load_compute(gr + j) * (load_compute(xr + j) * rs); });
+          w ? vec_sum_of<W, T>(d,
+                               [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+                                 return (L.ld(gr + j) * L.ld(w + j)) * (L.ld(xr + j) * L.splat(rs));
+                               })
+            : vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+                return L.ld(gr + j) * (L.ld(xr + j) * L.splat(rs));
+              });
       const float c = dot / static_cast<float>(d);
-      const V Cv = splat<W>(c);
       T* dxr = dx + r * d;
       // The next row's dy (vec_each's ahead) and x, asked for during this last pass.
       const T* next_x = r + 1 < hi ? xr + d : nullptr;
-      vec_each<W>(
+      vec_each_of<W, T>(
           d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
             if (next_x) __builtin_prefetch(next_x + j, 0, 3);
-            const V g0 = ld(gr + j), xh = ld(xr + j) * R;
-            if (dwp) add_lanes<W>(dwp + j, g0 * xh);
-            store_lanes<W>(dxr + j, w ? (g0 * load_lanes<W>(w + j) - xh * Cv) * R : (g0 - xh * Cv) * R,
-                           stream);
-          },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            const float g0 = load_compute(gr + j), xh = load_compute(xr + j) * rs;
-            if (dwp) dwp[j] += g0 * xh;
-            store_compute(dxr + j, w ? (g0 * load_compute(w + j) - xh * c) * rs : (g0 - xh * c) * rs);
+            const auto g0 = L.ld(gr + j), xh = L.ld(xr + j) * L.splat(rs);
+            if (dwp) L.add(dwp + j, g0 * xh);
+            L.st(
+                dxr + j,
+                w ? (g0 * L.ld(w + j) - xh * L.splat(c)) * L.splat(rs) : (g0 - xh * L.splat(c)) * L.splat(rs),
+                stream);
           },
           r + 1 < hi ? gr + d : nullptr);
     }
@@ -453,26 +420,15 @@ struct LayerNormRows {
 // the same terms in the same order, so the same bits.
 template <typename W, typename T>
 struct LayerNormRowsVec {
-  using V = typename W::F;
-  TIERKIT_ROW_INLINE static V ld(const T* p) { return load_lanes<W>(p); }
-
   TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, float eps, float* stats) {
     const float n = static_cast<float>(d);
     // The mean corrected by the mean of x - mean0 and the corrected two-pass
     // variance, as LayerNormRows' (why there).
-    const float mean0 = vec_sum<W>(
-                            d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return ld(xr + j); },
-                            [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(xr + j); }) /
-                        n;
-    const V M0 = splat<W>(mean0);
-    const Sums2<float> s = vec_sum2<W>(
-        d,
-        [&](std::int64_t j, V& a, V& b) TIERKIT_ROW_LAMBDA {
-          a = ld(xr + j) - M0;
-          b = a * a;
-        },
-        [&](std::int64_t j, float& a, float& b) TIERKIT_ROW_LAMBDA {
-          a = load_compute(xr + j) - mean0;
+    const float mean0 =
+        vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j); }) / n;
+    const Sums2<float> s =
+        vec_sum2_of<W, T>(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
+          a = L.ld(xr + j) - L.splat(mean0);
           b = a * a;
         });
     const float shift = s.a / n;
@@ -498,39 +454,26 @@ struct LayerNormRowsVec {
   }
   TIERKIT_ROW_INLINE static void scale_to(const T* x, const float* w, const float* b, float mean, float rs,
                                           std::int64_t d, T* y, bool stream, const T* ahead) {
-    const V M = splat<W>(mean), R = splat<W>(rs);
-    const auto one = [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-      float v = (load_compute(x + j) - mean) * rs;  // LayerNormRows::affine's order
-      if (w) v = v * w[j];
-      if (b) v = v + b[j];
-      store_compute(y + j, v);
-    };
+    // LayerNormRows::affine's order: ((x - mean) * rstd) * w + b.
+    const auto xh = [&](auto L, std::int64_t j)
+                        TIERKIT_ROW_LAMBDA { return (L.ld(x + j) - L.splat(mean)) * L.splat(rs); };
     if (w && b) {
-      vec_each<W>(
+      vec_each_of<W, T>(
           d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            store_lanes<W>(y + j, ((ld(x + j) - M) * R) * load_lanes<W>(w + j) + load_lanes<W>(b + j),
-                           stream);
-          },
-          one, ahead);
+          [&](auto L, std::int64_t j)
+              TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j) * L.ld(w + j) + L.ld(b + j), stream); },
+          ahead);
     } else if (w) {
-      vec_each<W>(
-          d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            store_lanes<W>(y + j, ((ld(x + j) - M) * R) * load_lanes<W>(w + j), stream);
-          },
-          one, ahead);
+      vec_each_of<W, T>(
+          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j) * L.ld(w + j), stream); },
+          ahead);
     } else if (b) {
-      vec_each<W>(
-          d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            store_lanes<W>(y + j, (ld(x + j) - M) * R + load_lanes<W>(b + j), stream);
-          },
-          one, ahead);
+      vec_each_of<W, T>(
+          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j) + L.ld(b + j), stream); },
+          ahead);
     } else {
-      vec_each<W>(
-          d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(y + j, (ld(x + j) - M) * R, stream); },
-          one, ahead);
+      vec_each_of<W, T>(
+          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j), stream); }, ahead);
     }
   }
 
@@ -552,10 +495,8 @@ struct LayerNormRowsVec {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
-      vec_each<W>(
-          d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { store_lanes<W>(hr + j, ld(xr + j) + ld(rr + j)); },
-          [&](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { store_compute(hr + j, load_compute(xr + j) + load_compute(rr + j)); });
+      vec_each_of<W, T>(
+          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(hr + j, L.ld(xr + j) + L.ld(rr + j)); });
       forward(h, p, eps, d, r, r + 1, y, stats, stream);
     }
   }
@@ -567,51 +508,34 @@ struct LayerNormRowsVec {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
       const float mean = stats[2 * r], rs = stats[2 * r + 1];
-      const V M = splat<W>(mean), R = splat<W>(rs);
-      const auto xh_of = [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return (ld(xr + j) - M) * R; };
-      const auto g_of = [&](std::int64_t j)
-                            TIERKIT_ROW_LAMBDA { return w ? ld(gr + j) * load_lanes<W>(w + j) : ld(gr + j); };
+      const auto xh_of = [&](auto L, std::int64_t j)
+                             TIERKIT_ROW_LAMBDA { return (L.ld(xr + j) - L.splat(mean)) * L.splat(rs); };
+      const auto g_of = [&](auto L, std::int64_t j)
+                            TIERKIT_ROW_LAMBDA { return w ? L.ld(gr + j) * L.ld(w + j) : L.ld(gr + j); };
       if (dwp || dbp) {
-        vec_each<W>(
-            d,
-            [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-              const V g0 = ld(gr + j);
-              if (dwp) add_lanes<W>(dwp + j, g0 * xh_of(j));
-              if (dbp) add_lanes<W>(dbp + j, g0);
-            },
-            [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-              const float g0 = load_compute(gr + j);
-              if (dwp) dwp[j] += g0 * ((load_compute(xr + j) - mean) * rs);
-              if (dbp) dbp[j] += g0;
-            });
+        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          const auto g0 = L.ld(gr + j);
+          if (dwp) L.add(dwp + j, g0 * xh_of(L, j));
+          if (dbp) L.add(dbp + j, g0);
+        });
       }
       if (!dx) continue;
       const float n = static_cast<float>(d);
       // mean(g) and mean(g * x-hat) from one pass.
-      const Sums2<float> ac = vec_sum2<W>(
-          d,
-          [&](std::int64_t j, V& a, V& b) TIERKIT_ROW_LAMBDA {
-            a = g_of(j);
-            b = a * xh_of(j);
-          },
-          [&](std::int64_t j, float& a, float& b) TIERKIT_ROW_LAMBDA {
-            a = LayerNormRows<T>::g_of(gr, w, j);
-            b = a * ((load_compute(xr + j) - mean) * rs);
+      const Sums2<float> ac =
+          vec_sum2_of<W, T>(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
+            a = g_of(L, j);
+            b = a * xh_of(L, j);
           });
       const float a = ac.a / n, c = ac.b / n;
-      const V A = splat<W>(a), Cv = splat<W>(c);
       T* dxr = dx + r * d;
       // The next row's dy (vec_each's ahead) and x, asked for during this last pass.
       const T* next_x = r + 1 < hi ? xr + d : nullptr;
-      vec_each<W>(
+      vec_each_of<W, T>(
           d,
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
             if (next_x) __builtin_prefetch(next_x + j, 0, 3);
-            store_lanes<W>(dxr + j, ((g_of(j) - A) - xh_of(j) * Cv) * R, stream);
-          },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            const float xh = (load_compute(xr + j) - mean) * rs;
-            store_compute(dxr + j, ((LayerNormRows<T>::g_of(gr, w, j) - a) - xh * c) * rs);
+            L.st(dxr + j, ((g_of(L, j) - L.splat(a)) - xh_of(L, j) * L.splat(c)) * L.splat(rs), stream);
           },
           r + 1 < hi ? gr + d : nullptr);
     }

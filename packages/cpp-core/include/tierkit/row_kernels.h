@@ -492,6 +492,67 @@ TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& 
   for (; j < d; ++j) one(j);
 }
 
+// A row's expression written once for its vector body and its scalar tail:
+// term(L, j) with L = VecAt<W, T> (W::kLanes elements from j) or OneAt<T>
+// (element j). L.ld, L.st, L.splat, L.round (to T and back, casting_mode
+// "llama"'s x-hat) and L.add (a partial sum's update) are the loads,
+// stores, constants and roundings of each; the arithmetic between them is
+// the term's own, so body and tail compute the same expression (CTest's
+// bit checks hold each level to the scalar rows).
+template <typename W, typename T>
+struct VecAt {
+  using F = typename W::F;
+  template <typename P>
+  TIERKIT_ROW_INLINE static F ld(const P* p) {
+    return load_lanes<W>(p);
+  }
+  TIERKIT_ROW_INLINE static F splat(float c) { return detail::splat<W>(c); }
+  template <typename P>
+  TIERKIT_ROW_INLINE static void st(P* p, F v, bool stream = false) {
+    store_lanes<W>(p, v, stream);
+  }
+  TIERKIT_ROW_INLINE static F round(F v) { return round_lanes<W, T>(v); }
+  TIERKIT_ROW_INLINE static void add(float* p, F v) { add_lanes<W>(p, v); }
+};
+template <typename T>
+struct OneAt {
+  template <typename P>
+  TIERKIT_ROW_INLINE static float ld(const P* p) {
+    return load_compute(p);
+  }
+  TIERKIT_ROW_INLINE static float splat(float c) { return c; }
+  template <typename P>
+  TIERKIT_ROW_INLINE static void st(P* p, float v, bool = false) {
+    store_compute(p, v);
+  }
+  TIERKIT_ROW_INLINE static float round(float v) {
+    T t;
+    return store_rounded(&t, v);
+  }
+  TIERKIT_ROW_INLINE static void add(float* p, float v) { *p += v; }
+};
+// vec_each, vec_sum and vec_sum2 over one term(L, j) (vec_sum2's: term(L, j, a, b)).
+template <typename W, typename T, typename Term, typename A = float>
+TIERKIT_ROW_INLINE void vec_each_of(std::int64_t d, const Term& term, const A* ahead = nullptr) {
+  vec_each<W>(
+      d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(VecAt<W, T>{}, j); },
+      [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(OneAt<T>{}, j); }, ahead);
+}
+template <typename W, typename T, typename Term>
+TIERKIT_ROW_INLINE float vec_sum_of(std::int64_t d, const Term& term) {
+  return vec_sum<W>(
+      d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return term(VecAt<W, T>{}, j); },
+      [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return term(OneAt<T>{}, j); });
+}
+template <typename W, typename T, typename Term>
+TIERKIT_ROW_INLINE Sums2<float> vec_sum2_of(std::int64_t d, const Term& term) {
+  return vec_sum2<W>(
+      d,
+      [&](std::int64_t j, typename W::F& a, typename W::F& b)
+          TIERKIT_ROW_LAMBDA { term(VecAt<W, T>{}, j, a, b); },
+      [&](std::int64_t j, float& a, float& b) TIERKIT_ROW_LAMBDA { term(OneAt<T>{}, j, a, b); });
+}
+
 // The widths: their vector types and float16 converters (kernels.h's; their
 // target is the row_vec_* functions' below).
 #define TIERKIT_ROW_WIDTH(NAME, LANES, SUFFIX)    \
