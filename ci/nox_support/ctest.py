@@ -38,4 +38,14 @@ def run_ctest(
     )
     target_args = ["--target", *targets] if targets else []
     session.run("cmake", "--build", str(build_dir), "-j", MAX_JOBS, *target_args, external=True)
-    session.run("ctest", "--test-dir", str(build_dir), "--output-on-failure", *ctest_args, external=True)
+    # -j: the tests are independent processes (the SIMD-level and streaming runs among them).
+    session.run(
+        "ctest",
+        "--test-dir",
+        str(build_dir),
+        "--output-on-failure",
+        "-j",
+        MAX_JOBS,
+        *ctest_args,
+        external=True,
+    )

@@ -71,12 +71,16 @@ def measure(cfg: Config) -> list[dict]:
     cache_list = limit.caches()
     n = beyond_n(cache_list)
     pool_t, torch_t = stream_lib.default_threads(), torch.get_num_threads()
-    threads = sorted({1, pool_t, torch_t})
+    # --quick: only the threads the ops run on. The one-thread copy doubles the
+    # section (its own arrays beyond the caches, first touched, and half the
+    # kernels' runs: 115 s -> ~60 s on a VM whose L3 reads 480 MiB).
+    threads = sorted({pool_t, torch_t} if cfg.quick else {1, pool_t, torch_t})
     cfg.log(f"stream: compiled kernel ({stream_lib.simd()}), n={n:,}, threads {threads}")
     streams = {t: stream_lib.Stream(n, t) for t in threads}
     stores = [s for s in limit.STORES if streams[threads[0]].has(s)]
     impls: dict[str, Any] = limit_impls(streams, limit.KERNELS, stores)
-    a, b, c = (torch.rand(n) for _ in range(3))
+    # Any finite values do (bandwidth does not depend on them); torch.rand took 12 s for three such arrays.
+    a, b, c = (torch.full((n,), v) for v in (0.25, 0.5, 0.75))
     x, y, out = a.numpy(), b.numpy(), c.numpy()
     ops = torch.ops.tierkit
     impls.update(
