@@ -54,9 +54,9 @@ def run(session: nox.Session, args: tuple[str, ...], cells: tuple[str, ...] = CE
     for cell in cells:
         py = cell_env(session, cell)
         session.log(f"tests-models [{cell}]: {Path(requirements(cell)).name}")
-        # Two workers, a file each (the models' files share no state): 81 -> 54 s a cell here.
+        # One worker: two (-n 2) took 81 -> 54 s a cell with a warm compile cache, but on a fresh clone
+        # 70 -> 78 s and 46 -> 59 s (both workers compile the same graphs into a cold cache).
         session.run(
-            py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-            str(TESTS), *args,
+            py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(TESTS), *args,
             external=True, env={**BUILD_ENV, "HF_HUB_OFFLINE": "1", "TIERKIT_MODELS_CELL": cell},
         )  # fmt: skip
