@@ -64,7 +64,8 @@ def settle(
     }
     if not history:
         return
-    pending = dict(history)  # the targets not settled yet
+    pending = set(history)  # the targets not settled yet
+    latest = results["targets"]  # the last evaluation, over the last rows
     for run in range(2, MAX_RUNS + 1):
         measured: set[str] = set()
         todo = [name for name in sections if any(owner.get(n) == name for n in pending)]
@@ -81,18 +82,18 @@ def settle(
             measured.add(name)
         if not measured:
             break
-        now = {t["target"]: t for t in evaluate(results)}
+        latest = evaluate(results)
+        now = {t["target"]: t for t in latest}
         for n in list(pending):
             t = now.get(n)
             if owner.get(n) not in measured or t is None or t.get("met") is None:
                 continue
             history[n].append((t["measured"], t["met"]))
             if history[n][-1][1] == history[n][-2][1]:
-                del pending[n]
+                pending.discard(n)
         if not pending:
             break
-    targets = evaluate(results)
-    for t in targets:
+    for t in latest:
         if t["target"] not in history:
             continue
         runs = history[t["target"]]
@@ -107,4 +108,4 @@ def settle(
         else:
             note = f"within {BAND:.0%} of its threshold: measured {len(runs)} times ({figures}), verdicts differ: unsettled"
         t["detail"] = f"{t['detail']}; {note}" if t.get("detail") else note
-    results["targets"] = targets
+    results["targets"] = latest
