@@ -1,0 +1,292 @@
+// Softmax and log-softmax over a row: two row kinds (row_kernels.h's K) for
+// the op table's softmax and log_softmax, with no parameters and no eps
+// (row_forward's are ignored) and no fused residual form. Stats: the row's
+// max m and its sum s = sum_j exp(x_j - m) (softmax) or log(s)
+// (log_softmax), in the compute type C; backward recomputes each output
+// from x and them, the forward's bits.
+//
+// Numerics (C = float for float and the 16-bit types, double for double):
+//  * m = the row's largest element, NaNs skipped, a zero read as +0 (so
+//    the bits do not depend on the order the lanes meet -0 and +0); an
+//    empty row gives m = -inf.
+//  * s = lane_sum's sum of e_j = exp(x_j - m) in C (x_j - m <= 0, so no
+//    e_j overflows and the largest is exactly 1). exp is exp_nonpositive
+//    below for float (within 1.02 ulp, subnormal results included), std::exp
+//    for double.
+//  * softmax y_j = e_j / s; log_softmax y_j = (x_j - m) - log(s); each
+//    rounded once to T. aten multiplies by 1 / s (two roundings) and
+//    subtracts m + log(s) (a rounding more), so these are at least as close
+//    to the exact values.
+//  * Rows as aten gives them: a -inf element gives y = 0 (log: -inf); an
+//    all -inf row gives NaN (x - m = -inf - -inf); a +inf or NaN element
+//    makes the whole row NaN.
+//  * Backward, g = dy: softmax dx_j = y_j * (g_j - sum_k g_k y_k);
+//    log_softmax dx_j = g_j - exp(y_j) * sum_k g_k; y recomputed in C (aten
+//    reads the rounded output instead).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "tierkit/row_kernels.h"
+
+namespace tierkit::kernels {
+namespace detail {
+
+// exp(x) for x <= 0 (or NaN) in float: Cody-Waite reduction and Cephes'
+// degree-7 polynomial in fused multiply-adds, vmath::vexp_sigmoid's, then
+// 2^n applied as two normal factors, so results down to the subnormals
+// round once (exp(-103) = 1.4e-45 is the smallest; below -110 the result is
+// 0, -inf included). Written once over M: a float (ExpOne) or a vector of
+// W's width (ExpVec), the same operations in the same order, so every level
+// gives the same bits. Checked against long double exp on every 16th float
+// in [-110, 0] (CTest: every 64th; within 1.02 ulp in the normal range).
+struct ExpOne {
+  using F = float;
+  using U = std::uint32_t;
+  TIERKIT_ROW_INLINE static F fma(F a, F b, F c) { return std::fma(a, b, c); }
+  TIERKIT_ROW_INLINE static F splat(float c) { return c; }
+};
+
+template <typename M>
+TIERKIT_ROW_INLINE typename M::F exp_nonpositive(typename M::F x) {
+  using F = typename M::F;
+  using U = typename M::U;
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kP[6] = {5.0000001201e-1f, 1.6666665459e-1f, 4.1665795894e-2f,
+                           8.3334519073e-3f, 1.3981999507e-3f, 1.9875691500e-4f};
+  const F lo = M::splat(-110.0f), zero = M::splat(0.0f);
+  x = x < lo ? lo : x;  // false for NaN, which passes through
+  x = x > zero ? zero : x;
+  const F t = M::fma(x, M::splat(kLog2e), M::splat(kRound));
+  const F n = t - M::splat(kRound);  // round(x log2 e), in [-159, 0]
+  const F r = M::fma(-n, M::splat(kLn2Lo), M::fma(-n, M::splat(kLn2Hi), x));
+  F p = M::fma(M::splat(kP[5]), r, M::splat(kP[4]));
+  p = M::fma(p, r, M::splat(kP[3]));
+  p = M::fma(p, r, M::splat(kP[2]));
+  p = M::fma(p, r, M::splat(kP[1]));
+  p = M::fma(p, r, M::splat(kP[0]));
+  const F y = M::fma(p, r * r, r) + M::splat(1.0f);
+  // n + 159 = e in [0, 159], split as n = (e1 - 80) + (e2 - 79): both
+  // factors' exponents normal, y times the first exact.
+  U tb, kb;
+  const F kr = M::splat(kRound);
+  std::memcpy(&tb, &t, sizeof tb);
+  std::memcpy(&kb, &kr, sizeof kb);
+  const U e = tb - kb + 159u;
+  const U e1 = e >> 1, e2 = e - e1;
+  const U b1 = (e1 + 47u) << 23, b2 = (e2 + 48u) << 23;
+  F s1, s2;
+  std::memcpy(&s1, &b1, sizeof s1);
+  std::memcpy(&s2, &b2, sizeof s2);
+  return (y * s1) * s2;
+}
+
+template <typename C>
+TIERKIT_ROW_INLINE C exp_of_nonpositive(C x) {
+  if constexpr (std::is_same_v<C, double>)
+    return std::exp(x);
+  else
+    return exp_nonpositive<ExpOne>(x);
+}
+
+// The row's largest element, NaNs skipped, zero as +0 (see the top).
+template <typename C>
+TIERKIT_ROW_INLINE C max_settled(C m) {
+  return m + C(0);  // -0 + +0 = +0; every other value unchanged
+}
+
+// Rows<T> (kLog: log_softmax): the reference bits at every level.
+template <typename T, bool kLog>
+struct SoftmaxRowsOf {
+  using C = compute_t<T>;
+
+  TIERKIT_ROW_INLINE static C row_max(const T* x, std::int64_t d) {
+    C m = -std::numeric_limits<C>::infinity();
+    for (std::int64_t j = 0; j < d; ++j) {
+      const C v = load_compute(x + j);
+      m = v > m ? v : m;
+    }
+    return max_settled(m);
+  }
+  // y_j from x_j and the row's stats (m, s or log s).
+  TIERKIT_ROW_INLINE static C value(C x, C m, C s) {
+    if constexpr (kLog)
+      return (x - m) - s;
+    else
+      return exp_of_nonpositive(x - m) / s;
+  }
+
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C>, C, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, C* stats) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      const C m = row_max(xr, d);
+      const C sum = lane_sum_of<C>(
+          d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA { return exp_of_nonpositive(load_compute(xr + j) - m); });
+      const C s = kLog ? std::log(sum) : sum;
+      stats[2 * r] = m;
+      stats[2 * r + 1] = s;
+      T* yr = y + r * d;
+      for (std::int64_t j = 0; j < d; ++j) store_compute(yr + j, value(load_compute(xr + j), m, s));
+    }
+  }
+
+  // dx may be dy or x exactly (element j reads only element j); no parameters.
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C>, const C* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C*, C*) {
+    if (!dx) return;
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      const T* gr = dy + r * d;
+      const C m = stats[2 * r], s = stats[2 * r + 1];
+      T* dxr = dx + r * d;
+      if constexpr (kLog) {
+        const C sg =
+            lane_sum_of<C>(d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(gr + j); });
+        for (std::int64_t j = 0; j < d; ++j)
+          store_compute(dxr + j,
+                        load_compute(gr + j) - exp_of_nonpositive(value(load_compute(xr + j), m, s)) * sg);
+      } else {
+        const C dot = lane_sum_of<C>(d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          return load_compute(gr + j) * value(load_compute(xr + j), m, s);
+        });
+        for (std::int64_t j = 0; j < d; ++j) {
+          const C yj = value(load_compute(xr + j), m, s);
+          store_compute(dxr + j, yj * (load_compute(gr + j) - dot));
+        }
+      }
+    }
+  }
+};
+
+#ifdef TIERKIT_ROW_VEC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
+// exp_nonpositive's operations on W's vectors: the fused multiply-add
+// written out (its intrinsics' target attributes would keep these generic
+// functions from inlining: row_kernels.h's store_lanes says why).
+template <typename W>
+struct ExpVec {
+  using F = typename W::F;
+  using U = typename W::U;
+  TIERKIT_ROW_INLINE static F fma(F a, F b, F c) {
+    asm("vfmadd213ps %2, %1, %0" : "+v"(a) : "v"(b), "v"(c));
+    return a;
+  }
+  TIERKIT_ROW_INLINE static F splat(float c) { return detail::splat<W>(c); }
+};
+template <typename W, typename T>
+TIERKIT_ROW_INLINE typename W::F exp_at(VecAt<W, T>, typename W::F x) {
+  return exp_nonpositive<ExpVec<W>>(x);
+}
+template <typename T>
+TIERKIT_ROW_INLINE float exp_at(OneAt<T>, float x) {
+  return exp_nonpositive<ExpOne>(x);
+}
+
+// SoftmaxRowsOf's arithmetic a register block at a time: each expression
+// written once over L (VecAt's vectors, OneAt's tail), so the same bits.
+template <typename W, typename T, bool kLog>
+struct SoftmaxRowsVecOf {
+  using F = typename W::F;
+
+  TIERKIT_ROW_INLINE static float row_max(const T* x, std::int64_t d) {
+    F mv = splat<W>(-std::numeric_limits<float>::infinity());
+    float m = -std::numeric_limits<float>::infinity();
+    vec_each<W>(
+        d,
+        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          const F v = load_lanes<W>(x + j);
+          mv = v > mv ? v : mv;
+        },
+        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          const float v = load_compute(x + j);
+          m = v > m ? v : m;
+        });
+    float lanes[W::kLanes];
+    __builtin_memcpy(lanes, &mv, sizeof(lanes));
+    for (float v : lanes) m = v > m ? v : m;
+    return max_settled(m);
+  }
+  // SoftmaxRowsOf::value over L's vectors or its one element.
+  template <typename L, typename V>
+  TIERKIT_ROW_INLINE static V value(L, V x, float m, float s) {
+    if constexpr (kLog)
+      return (x - L::splat(m)) - L::splat(s);
+    else
+      return exp_at(L{}, x - L::splat(m)) / L::splat(s);
+  }
+
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float>, float, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, float* stats, bool stream) {
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      const float m = row_max(xr, d);
+      const float sum = vec_sum_of<W, T>(
+          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return exp_at(L, L.ld(xr + j) - L.splat(m)); });
+      const float s = kLog ? std::log(sum) : sum;
+      stats[2 * r] = m;
+      stats[2 * r + 1] = s;
+      T* yr = y + r * d;
+      // 16-bit rows store plainly (store_lanes); float ones stream where row_streams says.
+      vec_each_of<W, T>(
+          d,
+          [&](auto L, std::int64_t j)
+              TIERKIT_ROW_LAMBDA { L.st(yr + j, value(L, L.ld(xr + j), m, s), stream); },
+          r + 1 < hi ? xr + d : nullptr);
+    }
+    if (stream) _mm_sfence();
+  }
+
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float>, const float* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float*,
+                                          float*, bool stream) {
+    if (!dx) return;
+    for (std::int64_t r = lo; r < hi; ++r) {
+      const T* xr = x + r * d;
+      const T* gr = dy + r * d;
+      const float m = stats[2 * r], s = stats[2 * r + 1];
+      T* dxr = dx + r * d;
+      if constexpr (kLog) {
+        const float sg =
+            vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(gr + j); });
+        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          L.st(dxr + j, L.ld(gr + j) - exp_at(L, value(L, L.ld(xr + j), m, s)) * L.splat(sg), stream);
+        });
+      } else {
+        const float dot = vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          return L.ld(gr + j) * value(L, L.ld(xr + j), m, s);
+        });
+        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          L.st(dxr + j, value(L, L.ld(xr + j), m, s) * (L.ld(gr + j) - L.splat(dot)), stream);
+        });
+      }
+    }
+    if (stream) _mm_sfence();
+  }
+};
+#pragma GCC diagnostic pop
+#endif  // TIERKIT_ROW_VEC
+
+}  // namespace detail
+
+// The kinds (row_kernels.h's K): stats m and s (softmax) or log s (log_softmax).
+template <bool kLog>
+struct SoftmaxKind {
+  static constexpr int kStats = 2;
+  template <typename T>
+  using Rows = detail::SoftmaxRowsOf<T, kLog>;
+#ifdef TIERKIT_ROW_VEC
+  template <typename W, typename T>
+  using RowsVec = detail::SoftmaxRowsVecOf<W, T, kLog>;
+#endif
+};
+using Softmax = SoftmaxKind<false>;
+using LogSoftmax = SoftmaxKind<true>;
+
+}  // namespace tierkit::kernels
