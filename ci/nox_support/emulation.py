@@ -41,11 +41,11 @@ X86_MODELS = {
 
 # The CI subset: core_tests from these sources only (all but layer_norm's,
 # the longest to compile: the pointwise kernels at every dtype, the 16-bit
-# conversions, rms_norm's, softmax's and rotary's rows, the level
+# conversions, rms_norm's, softmax's and both rotary forms' rows, the level
 # check, the thread pool), and the bridge's row ops; the full run has everything.
 SUBSET_SOURCES = (
     "test_kernels.cpp", "test_dtype.cpp", "test_parallel.cpp", "test_conversions_simd.cpp",
-    "test_rotary.cpp", "test_rms_norm.cpp", "test_softmax.cpp", "test_silu_mul.cpp",
+    "test_rotary.cpp", "test_rotary_cached.cpp", "test_rms_norm.cpp", "test_softmax.cpp", "test_silu_mul.cpp",
 )  # fmt: skip
 BRIDGE_SUBSET = ("test_rows.py",)
 # The bridge's fork tests: the same qemu-user abort as core's (a forked child
