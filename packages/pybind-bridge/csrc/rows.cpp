@@ -14,6 +14,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -252,10 +253,20 @@ void scale_columns_into(const tierkit::TensorView& y, const tierkit::TensorView&
         std::vector<C> wc(static_cast<std::size_t>(d));
         for (std::int64_t j = 0; j < d; ++j)
           wc[j] = static_cast<C>(static_cast<O>(static_cast<tierkit::compute_t<W>>(pw[j])));
-        for (std::int64_t r = 0; d > 0 && r < n / d; ++r)
-          for (std::int64_t j = 0; j < d; ++j)
-            po[r * d + j] = static_cast<O>(
-                wc[j] * static_cast<C>(static_cast<O>(static_cast<tierkit::compute_t<Y>>(py[r * d + j]))));
+        if (d == 0) return;
+        // Rows split over the pool, each a loop the compiler vectorizes (a scalar
+        // loop on one thread took 31 ms for bfloat16 [4096, 4096] on an AVX-512 Xeon).
+        const C* w_c = wc.data();
+        tierkit::kernels::PoolRunner{max_threads()}(
+            n / d, std::max<std::int64_t>(1, 16384 / d), [&](std::int64_t lo, std::int64_t hi) {
+              for (std::int64_t r = lo; r < hi; ++r) {
+                const Y* yr = py + r * d;
+                O* outr = po + r * d;
+                TIERKIT_VECTORIZE_LOOP
+                for (std::int64_t j = 0; j < d; ++j)
+                  tierkit::store_compute(outr + j, w_c[j] * static_cast<C>(tierkit::load_compute(yr + j)));
+              }
+            });
       });
     });
   });
@@ -306,10 +317,11 @@ py::object into_result(const std::string& op, const py::object& x, const tierkit
 }
 
 // The kernel over x (C-contiguous) and parameters of x's dtype, or, with
-// `in_compute`, of x's compute type (core's RowParams takes either).
+// `in_compute`, of x's compute type (core's RowParams takes either);
+// `round_normalized`: core's flag (x-hat rounded to x's dtype before the weight).
 template <typename K, std::size_t P>
 void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
-              double eps, const tierkit::TensorView& y, bool in_compute) {
+              double eps, const tierkit::TensorView& y, bool in_compute, bool round_normalized) {
   const std::int64_t d = x.shape()[x.rank() - 1];
   const std::int64_t rows = d == 0 ? 0 : x.numel() / d;
   const unsigned threads = max_threads();
@@ -321,6 +333,7 @@ void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::Tens
       if (params[0]) p.w = static_cast<const Param*>(params[0]->data());
       if constexpr (P > 1)
         if (params[1]) p.b = static_cast<const Param*>(params[1]->data());
+      p.round_normalized = round_normalized;
       py::gil_scoped_release nogil;
       // Core reads parameters that lie in y as they were at the call.
       tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data()), p, eps, rows, d,
@@ -343,14 +356,14 @@ void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::Tens
 // only a float64 parameter beside a narrower x converts x too.
 template <typename K, std::size_t P>
 void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
-                double eps, const tierkit::TensorView& y) {
+                double eps, const tierkit::TensorView& y, bool round_normalized = false) {
   bool mixed = false, wide = x.dtype() == tierkit::DType::Float64;
   for (const tierkit::TensorView* p : params) {
     if (!p) continue;
     mixed = mixed || p->dtype() != x.dtype();
     wide = wide || p->dtype() == tierkit::DType::Float64;
   }
-  if (!mixed) return run_rows<K, P>(x, params, eps, y, false);
+  if (!mixed) return run_rows<K, P>(x, params, eps, y, false, round_normalized);
   const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
   std::array<std::optional<Buffer>, P> held;
   std::array<tierkit::TensorView, P> views;
@@ -366,10 +379,10 @@ void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::Te
     converted_params[i] = &views[i];
   }
   if (c == x.dtype() || c == tierkit::DType::Float32)
-    return run_rows<K, P>(x, converted_params, eps, y, true);
+    return run_rows<K, P>(x, converted_params, eps, y, true, round_normalized);
   const Buffer xc = converted(x, c);
   Buffer yc = Buffer::empty(x.shape(), c, false);
-  run_rows<K, P>(xc.view(), converted_params, eps, yc.view(), false);
+  run_rows<K, P>(xc.view(), converted_params, eps, yc.view(), false, false);
   convert_into(yc.view(), y);
 }
 
@@ -464,7 +477,15 @@ struct BridgeRows {
       xc = x_copy->view();
     }
     // The forward into a C-contiguous `y` of the result's dtype (then the product after, if any).
+    // A product after by a weight of x's dtype is core's round_normalized rows: x-hat rounded,
+    // times the weight, rounded once more, in one pass (the same bits as the two passes below).
+    const bool one_pass = after && after->dtype() == vx.dtype();
     const auto forward = [&](const tierkit::TensorView& y) {
+      if (one_pass) {
+        std::array<const tierkit::TensorView*, P> with_weight = params;
+        with_weight[0] = after;
+        return run_kernel<K, P>(xc, with_weight, eps, y, true);
+      }
       if (!after) return run_kernel<K, P>(xc, params, eps, y);
       Buffer normalized = Buffer::empty(xc.shape(), xc.dtype(), false);
       run_kernel<K, P>(xc, params, eps, normalized.view());

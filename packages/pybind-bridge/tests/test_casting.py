@@ -93,6 +93,29 @@ def test_casting_modes_equal_the_torch_ops(entry, mode):
 
 
 @CASTING
+@pytest.mark.parametrize("d", [96, 4100])
+def test_casting_modes_give_the_composites_bits(entry, mode, d):
+    """Each mode's result is its composite's, the plain op then torch's ops, bit
+    for bit: tierkit_torch takes the composite where x needs a gradient. A
+    16-bit "llama" with a weight of x's dtype runs here as one pass (core's
+    round_normalized rows), rows of 4100 with a tail after the vectors."""
+    torch = pytest.importorskip("torch")
+    tierkit_torch = pytest.importorskip("tierkit_torch")
+    g = torch.Generator().manual_seed(2)
+    for xd, wd in (
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float16, torch.float16),
+        (torch.bfloat16, torch.float32),
+    ):
+        x = (torch.randn(7, d, generator=g) * 2).to(xd)
+        w = (torch.randn(d, generator=g) * 0.3 + (0.0 if mode.name == "gemma" else 1.0)).to(wd)
+        kw = dict(offset=offset_of(mode), casting_mode=mode.name)
+        got = getattr(tb, entry.name)(x, w, 1e-6, **kw)
+        want = getattr(tierkit_torch, entry.name)(x.clone().requires_grad_(), w, 1e-6, **kw).detach()
+        assert got.dtype == want.dtype and torch.equal(got, want), (xd, wd)
+
+
+@CASTING
 def test_casting_errors_name_the_argument(entry, mode):
     f = getattr(tb, entry.name)
     x, w = np.ones((2, 4), np.float32), np.ones(4, np.float32)
