@@ -153,6 +153,80 @@ def test_compile_fullgraph_and_export_dynamic_batch(family, way):
         torch.testing.assert_close(ep.module()(x3), model(x3, use_cache=False).logits, rtol=1e-5, atol=1e-5)
 
 
+def _graph_ops(model, x):
+    """The call_function targets of the one graph torch.compile(fullgraph=True) traces of `model`."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(model, backend=backend, fullgraph=True)(x).logits
+    torch._dynamo.reset()
+    return out, seen
+
+
+@pytest.mark.parametrize("given", ["norm", "mlp", "rotary"])
+def test_compiled_choice_gives_a_kind_to_inductor_and_keeps_eager(given, monkeypatch):
+    """COMPILED (models.py) gives one kind to Inductor: inside torch.compile
+    that kind runs the module's stock forward (no tierkit op in the graph,
+    no graph break: fullgraph), the others tierkit's ops; eager calls still
+    run tierkit's op; a deepcopy keeps the choice; values are stock's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    op_of = {"norm": "rms_norm", "mlp": "silu_mul", "rotary": "rotary_embedding"}
+    monkeypatch.setattr(tierkit_torch.models, "COMPILED", {given: "inductor"})
+    stock, model = pair("llama")
+    patched(model)
+    x = ids()
+    for m in (model, __import__("copy").deepcopy(model)):
+        out, seen = _graph_ops(m, x)
+        tierkit_ops = {k for k, name in op_of.items() if any(f"tierkit.{name}" in t for t in seen)}
+        assert tierkit_ops == set(op_of) - {given}, (given, tierkit_ops)
+        with torch.no_grad():
+            torch.testing.assert_close(out, stock(x).logits, rtol=1e-5, atol=1e-5)
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Ops() as mode, torch.no_grad():
+        model(x)
+    assert any(op_of[given] in n for n in mode.names), sorted(mode.names)
+    assert tierkit_torch.models.compiled_choice(given) == "inductor"
+    monkeypatch.setattr(tierkit_torch.models, "COMPILED", {given: "xla"})
+    with pytest.raises(ValueError, match=r'COMPILED\[.*\]: expected "tierkit" or "inductor", got .xla.'):
+        tierkit_torch.models.compiled_choice(given)
+
+
+def test_patched_forwards_are_shared_and_close_over_nothing():
+    """Every module patched the same way runs one function object, the norms'
+    and MLPs' with no closure: inside torch.compile dynamo guards each closure cell and each
+    function on every instance's path, and a compiled call evaluates them all
+    (the patched Llama's compiled decode step ran at 0.92x of stock's with a
+    closure per instance; docs/models.md)."""
+    _, model = pair("llama")
+    patched(model)
+    funcs = {}
+    for name, module in model.named_modules():
+        kind = tierkit_torch.models.patched_kind(module)
+        if kind is None:
+            continue
+        f = module.forward.__func__
+        # (an attention's forward is its class's own code, copied once with tierkit's rotary:
+        # a decorator's wrapper keeps its closure)
+        assert kind == "rotary" or f.__closure__ is None, name
+        funcs.setdefault((kind, type(module)), set()).add(id(f))
+    assert funcs and all(len(ids_) == 1 for ids_ in funcs.values()), funcs
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_kernelize_puts_tierkits_layers_in_and_changes_no_class(family):
     """Every norm and rotary function mark counted runs tierkit's layer after

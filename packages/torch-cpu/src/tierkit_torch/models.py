@@ -97,47 +97,68 @@ def warn_skipped(who: str, skipped: dict[str, str], stacklevel: int = 3) -> None
         )
 
 
+# The patched forwards: one function object per spec, shared by every module
+# given it, written out with the spec's values as literals (no closure) and
+# calling the operators' overloads (torch.ops.tierkit.<op>.<overload>), not the
+# typed faces. Inside torch.compile dynamo guards every closure cell, global and
+# function it reads on each instance's path, and a compiled call evaluates all
+# of those guards before it runs: a per-instance closure over the typed faces
+# put the patched Llama's compiled decode step at 0.92x of stock's (guard
+# evaluation 660 us against 411, docs/models.md "Under torch.compile").
+_SHARED: dict[tuple, Any] = {}
+
+
+def _shared(key: tuple, source: str, scope: dict[str, Any]) -> Any:
+    """The function `source` defines (named ``forward``) over `scope`, made once per `key`."""
+    if key not in _SHARED:
+        namespace = dict(scope)
+        exec(compile(source, f"<tierkit_torch patched forward: {key[0]}>", "exec"), namespace)
+        _SHARED[key] = namespace["forward"]
+    return _SHARED[key]
+
+
+def _overload(name: str, overload: str = "default") -> Any:
+    from . import ops  # noqa: F401  (loads the operator library)
+
+    return getattr(getattr(torch.ops.tierkit, name), overload)
+
+
 def _norm_forward(mode: str, offset: float, eps_attr: str) -> Callable[..., Any]:
-    from . import ops
-
-    def forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-        return ops.rms_norm(
-            hidden_states, self.weight, getattr(self, eps_attr), offset=offset, casting_mode=mode
-        )
-
-    return forward
+    if not eps_attr.isidentifier():
+        raise ValueError(f"tierkit_torch.patch: eps attribute: expected an identifier, got {eps_attr!r}")
+    if mode == "aten" and offset == 0.0:
+        call = f"OP(hidden_states, self.weight, self.{eps_attr})"
+        op = _overload("rms_norm")
+    else:
+        call = f"OP(hidden_states, self.weight, self.{eps_attr}, offset={float(offset)!r}, casting_mode={mode!r})"
+        op = _overload("rms_norm", "casting")
+    source = f"def forward(self, hidden_states):\n    return {call}\n"
+    return _shared(("norm", mode, float(offset), eps_attr), source, {"OP": op})
 
 
 def _layer_norm_forward() -> Callable[..., Any]:
-    from . import ops
-
-    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
-        return ops.layer_norm(x, self.weight, self.bias, self.eps)
-
-    return forward
+    source = "def forward(self, x):\n    return OP(x, self.weight, self.bias, self.eps)\n"
+    return _shared(("layer_norm",), source, {"OP": _overload("layer_norm")})
 
 
 def _mlp_forward(gate: str, fused: bool, act_attr: str) -> Callable[..., Any]:
-    from . import ops
-
-    op = ops.silu_mul if gate == "silu" else ops.gelu_tanh_mul
-
-    def fused_forward(self: Any, hidden_states: torch.Tensor) -> torch.Tensor:
-        g, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)
-        return self.down_proj(op(g, up))
-
-    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(op(self.gate_proj(x), self.up_proj(x)))
-
-    return fused_forward if fused else forward
+    op = _overload("silu_mul" if gate == "silu" else "gelu_tanh_mul")
+    if fused:
+        source = (
+            "def forward(self, hidden_states):\n"
+            "    g, up = self.gate_up_proj(hidden_states).chunk(2, dim=-1)\n"
+            "    return self.down_proj(OP(g, up))\n"
+        )
+    else:
+        source = "def forward(self, x):\n    return self.down_proj(OP(self.gate_proj(x), self.up_proj(x)))\n"
+    return _shared(("mlp", gate, fused), source, {"OP": op})
 
 
 def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1) -> tuple[Any, Any]:
     """transformers' apply_rotary_pos_emb (partial width too: Phi-3's), on tierkit's op."""
-    from . import ops
-
+    rotary = torch.ops.tierkit.rotary_embedding.default
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    return ops.rotary_embedding(q, cos, sin), ops.rotary_embedding(k, cos, sin)
+    return rotary(q, cos, sin), rotary(k, cos, sin)
 
 
 # ---------------------------------------------------------------- seeing through wrapped forwards
@@ -485,7 +506,70 @@ def _rotary_probe(module: Any) -> str | None:
 # ---------------------------------------------------------------- per-instance state that survives pickling
 
 
+# ---------------------------------------------------------------- under torch.compile
+
+# Per kind of replacement ("norm", "layer_norm", "mlp", "rotary"): who computes it
+# inside a torch.compile'd model. "tierkit": the patched forward (tierkit's op,
+# opaque to Inductor); "inductor": the module's stock forward, which Inductor
+# traces and fuses with the code around it (the op's decomposition while
+# compiling: the formula the probe checked the op against). Eager calls always
+# take tierkit's op. Chosen from the measurements in docs/models.md ("Under
+# torch.compile"); read when a module is patched (or unpickled); a kind not
+# here is "tierkit".
+COMPILED: dict[str, str] = {"norm": "inductor", "rotary": "inductor"}
+
+
+def compiled_choice(kind: str) -> str:
+    """Who computes a patched `kind` inside a torch.compile'd model: "tierkit" or "inductor" (COMPILED)."""
+    choice = COMPILED.get(kind, "tierkit")
+    if choice not in ("tierkit", "inductor"):
+        raise ValueError(
+            f'tierkit_torch.models.COMPILED[{kind!r}]: expected "tierkit" or "inductor", got {choice!r}'
+        )
+    return choice
+
+
+# The norms' and MLPs' forwards take one tensor; an attention's, whatever its class's
+# does (a star-args forward costs a guard on the keyword dict at each call site).
+_COMPILED_SOURCE = {
+    "one": """\
+def forward(self, x):
+    if torch.compiler.is_compiling():
+        return STOCK(self, x)
+    return TIERKIT(self, x)
+""",
+    "any": """\
+def forward(self, *args, **kwargs):
+    if torch.compiler.is_compiling():
+        return STOCK(self, *args, **kwargs)
+    return TIERKIT(self, *args, **kwargs)
+""",
+}
+
+
+def _compiled_as_chosen(kind: str, func: Callable[..., Any], stock: Callable[..., Any]) -> Callable[..., Any]:
+    """`func`, or, where COMPILED gives `kind` to Inductor, a forward that runs
+    the module's stock forward while dynamo traces it
+    (torch.compiler.is_compiling() is a constant there: no graph break) and
+    `func` otherwise."""
+    if compiled_choice(kind) == "tierkit":
+        return func
+    key = ("compiled", kind, func, stock)
+    source = _COMPILED_SOURCE["any" if kind == "rotary" else "one"]
+    forward = _shared(key, source, {"torch": torch, "STOCK": stock, "TIERKIT": func})
+    forward.__wrapped__ = func  # what runs eagerly (_rotary_site looks through it)
+    return forward
+
+
 def _forward_from_spec(module: torch.nn.Module, spec: tuple) -> Callable[..., Any] | None:
+    kind = spec[0]
+    func = _tierkit_forward(module, spec)
+    if func is None or kind not in ("norm", "layer_norm", "mlp", "rotary"):
+        return func
+    return _compiled_as_chosen(kind, func, type(module).forward)
+
+
+def _tierkit_forward(module: torch.nn.Module, spec: tuple) -> Callable[..., Any] | None:
     kind = spec[0]
     if kind == "norm":
         return _norm_forward(*spec[1:])
@@ -493,8 +577,12 @@ def _forward_from_spec(module: torch.nn.Module, spec: tuple) -> Callable[..., An
         return _layer_norm_forward()
     if kind == "mlp":
         return _mlp_forward(*spec[1:])
-    if kind == "rotary":
-        return _with_rotary(type(module).forward, apply_rotary_pos_emb)
+    if kind == "rotary":  # one copy per class forward, shared by its instances
+        stock = type(module).forward
+        key = ("rotary", stock)
+        if key not in _SHARED:
+            _SHARED[key] = _with_rotary(stock, apply_rotary_pos_emb)
+        return _SHARED[key]
     if kind == "method":  # a forward kernels put in (an importable layer's)
         return spec[1]
     if kind == "hub":  # tierkit_torch.hub's per-instance forwards
