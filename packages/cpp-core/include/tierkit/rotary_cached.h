@@ -14,7 +14,8 @@
 //    keeps a float32 cache beside 16-bit activations).
 //  * NeoX (is_neox): pairs (i, i + rot_dim / 2); GPT-J: (2i, 2i + 1); pair i
 //    uses cos[i], sin[i]: a' = a cos - b sin, b' = b cos + a sin, in
-//    compute_t<T>, each rounded once to T. In float32 that is vLLM's own
+//    compute_t<T> (row_maps.h's Rotary::rotate, the row map's pair), each
+//    rounded once to T. In float32 that is vLLM's own
 //    sequence (two products and a sum, each rounded: -ffp-contract=off); in
 //    16-bit vLLM rounds every step and this rounds once.
 //  * Every position is checked to lie in [0, cache_rows) before anything is
@@ -32,6 +33,7 @@
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
 #include "tierkit/kernels.h"
+#include "tierkit/row_maps.h"
 
 namespace tierkit::kernels {
 
@@ -45,18 +47,20 @@ void rotate_head_cached(T* x, const P* c, const P* s, std::int64_t half, bool is
   if (is_neox) {
     TIERKIT_VECTORIZE_LOOP
     for (std::int64_t i = 0; i < half; ++i) {
-      const C a = load_compute(x + i), b = load_compute(x + i + half);
       const C ci = load_compute(c + i), si = load_compute(s + i);
-      store_compute(x + i, a * ci - b * si);
-      store_compute(x + i + half, b * ci + a * si);
+      C ya, yb;
+      Rotary::rotate<false>(load_compute(x + i), load_compute(x + i + half), ci, ci, si, si, ya, yb);
+      store_compute(x + i, ya);
+      store_compute(x + i + half, yb);
     }
   } else {
     TIERKIT_VECTORIZE_LOOP
     for (std::int64_t i = 0; i < half; ++i) {
-      const C a = load_compute(x + 2 * i), b = load_compute(x + 2 * i + 1);
       const C ci = load_compute(c + i), si = load_compute(s + i);
-      store_compute(x + 2 * i, a * ci - b * si);
-      store_compute(x + 2 * i + 1, b * ci + a * si);
+      C ya, yb;
+      Rotary::rotate<false>(load_compute(x + 2 * i), load_compute(x + 2 * i + 1), ci, ci, si, si, ya, yb);
+      store_compute(x + 2 * i, ya);
+      store_compute(x + 2 * i + 1, yb);
     }
   }
 }

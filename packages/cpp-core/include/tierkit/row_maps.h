@@ -35,16 +35,12 @@ struct Rotary {
   // loops), narrowed once. The vector levels widen in registers (RowVec).
   static constexpr std::int64_t kBlock = 1024;
 
-  // One pair (a, b) at (ia, ib): forward [ca a - sa b, sb a + cb b];
-  // transpose [ca a + sb b, cb b - sa a]. Every element of every path is
-  // these products and this sum in compute_t<T>, rounded once.
-  template <typename T, bool kTranspose>
-  static void pair(const T* x, const T* c, const T* s, std::int64_t ia, std::int64_t ib, T* y) {
-    using C = compute_t<T>;
-    const C a = load_compute(x + ia), b = load_compute(x + ib);
-    const C ca = load_compute(c + ia), cb = load_compute(c + ib);
-    const C sa = load_compute(s + ia), sb = load_compute(s + ib);
-    C ya, yb;
+  // A pair (a, b) rotated: forward [ca a - sa b, sb a + cb b]; transpose
+  // [ca a + sb b, cb b - sa a]. Written once for a compute-type value and a
+  // register vector (RowVec's NeoX halves; the cached form's pairs,
+  // rotary_cached.h), so every path computes these products and this sum.
+  template <bool kTranspose, typename V>
+  TIERKIT_ROW_INLINE static void rotate(V a, V b, V ca, V cb, V sa, V sb, V& ya, V& yb) {
     if constexpr (!kTranspose) {
       ya = a * ca - b * sa;
       yb = b * cb + a * sb;
@@ -52,6 +48,15 @@ struct Rotary {
       ya = a * ca + b * sb;
       yb = b * cb - a * sa;
     }
+  }
+
+  // One pair at (ia, ib), in compute_t<T>, each output rounded once.
+  template <typename T, bool kTranspose>
+  static void pair(const T* x, const T* c, const T* s, std::int64_t ia, std::int64_t ib, T* y) {
+    using C = compute_t<T>;
+    C ya, yb;
+    rotate<kTranspose>(load_compute(x + ia), load_compute(x + ib), load_compute(c + ia), load_compute(c + ib),
+                       load_compute(s + ia), load_compute(s + ib), ya, yb);
     store_compute(y + ia, ya);
     store_compute(y + ib, yb);
   }
@@ -152,13 +157,10 @@ struct Rotary {
     }
     // NeoX halves: lanes of a (columns i..) and b (i + h..), as pair().
     TIERKIT_ROW_INLINE static void neox(F a, F b, F ca, F cb, F sa, F sb, bool transpose, F& ya, F& yb) {
-      if (transpose) {
-        ya = a * ca + b * sb;
-        yb = b * cb - a * sa;
-      } else {
-        ya = a * ca - b * sa;
-        yb = b * cb + a * sb;
-      }
+      if (transpose)
+        rotate<true>(a, b, ca, cb, sa, sb, ya, yb);
+      else
+        rotate<false>(a, b, ca, cb, sa, sb, ya, yb);
     }
 
     TIERKIT_ROW_INLINE static void row(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r,
