@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <random>
+#include <type_traits>
 #include <vector>
 
 #include "tierkit/dtype.h"
@@ -41,6 +44,28 @@ T from_bits(std::uint64_t u) {
   std::memcpy(static_cast<void*>(&v), &u, sizeof(T));  // little-endian: T's bytes are u's low ones
   return v;
 }
+// n values of T drawn from a normal distribution (rounded to T).
+template <typename T>
+std::vector<T> random_vec(std::size_t n, std::uint32_t seed, float scale = 1.f, float mean = 0.f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(mean, scale);
+  std::vector<T> v(n);
+  for (auto& e : v) e = to_t<T>(dist(gen));
+  return v;
+}
+
+// T's rounding (half an ulp, relative) and the compute type's epsilon.
+template <typename T>
+long double half_ulp() {
+  if constexpr (std::is_same_v<T, tierkit::Half>) return 1.0L / 2048;
+  if constexpr (std::is_same_v<T, tierkit::BFloat16>) return 1.0L / 256;
+  return std::numeric_limits<T>::epsilon() / 2;
+}
+template <typename T>
+long double eps_c() {
+  return std::numeric_limits<C<T>>::epsilon();
+}
+
 // Every element's bits, for EXPECT_EQ over a kernel's outputs.
 template <typename V>
 std::vector<std::uint64_t> as_bits(const V& v) {

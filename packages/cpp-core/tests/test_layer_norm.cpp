@@ -37,19 +37,11 @@ long double eps_of() {
   if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::epsilon();
   return 0;
 }
+// Values around `mean`: a mean offset of 3 (against a spread of 1) makes a
+// one-pass variance lose digits.
 template <typename T>
-long double eps_c() {
-  return std::numeric_limits<C<T>>::epsilon();
-}
-
-// A mean offset of 3 (against a spread of 1) makes a one-pass variance lose digits.
-template <typename T>
-std::vector<T> random_vec(std::size_t n, std::uint32_t seed, float mean = 0.f, float scale = 1.f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(mean, scale);
-  std::vector<T> v(n);
-  for (auto& e : v) e = to_t<T>(dist(gen));
-  return v;
+std::vector<T> shifted(std::size_t n, std::uint32_t seed, float mean, float scale = 1.f) {
+  return random_vec<T>(n, seed, scale, mean);
 }
 
 // Parameters widened to the compute type, as the entry points hand them to
@@ -128,9 +120,9 @@ TYPED_TEST(LayerNorm, ForwardAndBackwardMatchReference) {
     for (int params = 0; params < 4; ++params) {
       const bool with_w = params & 1, with_b = params & 2;
       const std::int64_t rows = s.rows, d = s.d;
-      const auto x = random_vec<T>(rows * d, 1 + d, 3.f);
+      const auto x = shifted<T>(rows * d, 1 + d, 3.f);
       const auto dy = random_vec<T>(rows * d, 2 + d);
-      const auto w = random_vec<T>(d, 3 + d, 1.f, 0.5f);
+      const auto w = shifted<T>(d, 3 + d, 1.f, 0.5f);
       const auto bias = random_vec<T>(d, 4 + d);
       const T* wp = with_w ? w.data() : nullptr;
       const T* bp = with_b ? bias.data() : nullptr;
@@ -168,7 +160,7 @@ TYPED_TEST(LayerNorm, ForwardAndBackwardMatchReference) {
 
 template <typename T, typename Runner>
 std::vector<std::vector<std::uint64_t>> all_outputs(std::int64_t rows, std::int64_t d, const Runner& run) {
-  const auto x = random_vec<T>(rows * d, 8, 2.f), dy = random_vec<T>(rows * d, 9),
+  const auto x = shifted<T>(rows * d, 8, 2.f), dy = random_vec<T>(rows * d, 9),
              res = random_vec<T>(rows * d, 10);
   const auto w = random_vec<T>(d, 11), b = random_vec<T>(d, 12);
   const k::RowParams<T> p{w.data(), b.data()};
@@ -195,7 +187,7 @@ TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
   using Scalar = k::detail::LayerNormRows<T>;
   for (const Shape& s : kShapes) {
     const std::int64_t rows = s.rows, d = s.d;
-    const auto x = random_vec<T>(rows * d, 21 + d, 3.f), dy = random_vec<T>(rows * d, 22 + d);
+    const auto x = shifted<T>(rows * d, 21 + d, 3.f), dy = random_vec<T>(rows * d, 22 + d);
     const auto w = random_vec<T>(d, 23), b = random_vec<T>(d, 24);
     for (int params = 0; params < 4; ++params) {
       const k::RowParams<T> p{params & 1 ? w.data() : nullptr, params & 2 ? b.data() : nullptr};
@@ -255,8 +247,8 @@ TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
   for (const Shape& s : {Shape{6, 64}, Shape{5, 256}, Shape{3, 4096}}) {
     const std::int64_t rows = s.rows, d = s.d;
     const std::size_t n = static_cast<std::size_t>(rows * d);
-    const auto x = random_vec<T>(n, 31 + d, 2.f), r = random_vec<T>(n, 32 + d), g = random_vec<T>(n, 33 + d);
-    const auto w = random_vec<T>(d, 34, 1.f, 0.5f), b = random_vec<T>(d, 35);
+    const auto x = shifted<T>(n, 31 + d, 2.f), r = random_vec<T>(n, 32 + d), g = random_vec<T>(n, 33 + d);
+    const auto w = shifted<T>(d, 34, 1.f, 0.5f), b = random_vec<T>(d, 35);
     const std::vector<T> zeros(n);
     Aligned64<T> y(zeros), h(zeros), dx(zeros);
     // Under TIERKIT_STREAMING_STORES=on at a vector level these rows do stream.
@@ -315,7 +307,7 @@ TYPED_TEST(LayerNorm, AddForwardIsTheSumThenTheForward) {
   using T = TypeParam;
   for (const Shape& s : kShapes) {
     const std::int64_t n = s.rows * s.d;
-    const auto x = random_vec<T>(n, 13 + s.d), res = random_vec<T>(n, 14 + s.d, 1.f, 3.f);
+    const auto x = random_vec<T>(n, 13 + s.d), res = shifted<T>(n, 14 + s.d, 1.f, 3.f);
     const auto w = random_vec<T>(s.d, 15), b = random_vec<T>(s.d, 16);
     const k::RowParams<T> p{w.data(), b.data()};
     std::vector<T> h(n), y(n), y_ref(n), h_ref(n), res_in_place = res;

@@ -77,19 +77,6 @@ long double ulp(long double v) {
   const int e = v == 0 ? kMinExp<T> : std::max(kMinExp<T>, std::ilogb(v));
   return std::ldexp(1.0L, e - (kDigits<T> - 1));
 }
-template <typename T>
-long double eps_c() {
-  return std::numeric_limits<C<T>>::epsilon();
-}
-
-template <typename T>
-std::vector<T> random_vec(std::size_t n, std::uint32_t seed, float scale = 1.f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<T> v(n);
-  for (auto& e : v) e = to_t<T>(dist(gen));
-  return v;
-}
 
 struct Ref {
   std::vector<long double> y, rstd;

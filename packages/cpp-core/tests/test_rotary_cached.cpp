@@ -15,30 +15,10 @@
 #include "row_test_support.h"
 #include "tierkit/rotary_cached.h"
 
-using tierkit::BFloat16;
-using tierkit::compute_t;
-using tierkit::Half;
 namespace k = tierkit::kernels;
+using namespace row_test_support;  // C<T>: the compute type; the values and bits helpers
 
 namespace {
-
-using namespace row_test_support;
-
-template <typename T>
-long double half_ulp() {
-  if constexpr (std::is_same_v<T, Half>) return 1.0L / 2048;
-  if constexpr (std::is_same_v<T, BFloat16>) return 1.0L / 256;
-  return std::numeric_limits<T>::epsilon() / 2;
-}
-
-template <typename T>
-std::vector<T> random_vec(std::size_t n, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.f, 1.f);
-  std::vector<T> v(n);
-  for (auto& e : v) e = to_t<T>(dist(gen));
-  return v;
-}
 
 // vLLM's cache: row p = [cos(p θ_i), sin(p θ_i)], θ_i = 10000^(-2i / rot_dim).
 template <typename P>
@@ -117,7 +97,7 @@ void expect_matches_reference() {
     const auto q_ref = reference(q0, pos, cache, qs, c.q_heads, c);
     const auto k_ref = c.with_key ? reference(k0, pos, cache, ks, c.k_heads, c) : std::vector<long double>();
     // Two products and a sum in the compute type, then one rounding to T.
-    const long double tol_c = 4 * std::numeric_limits<compute_t<T>>::epsilon();
+    const long double tol_c = 4 * std::numeric_limits<C<T>>::epsilon();
     for (std::size_t i = 0; i < q.size(); ++i)
       ASSERT_LE(std::fabs(ld(q[i]) - q_ref[i]), half_ulp<T>() * std::fabs(q_ref[i]) + tol_c * 3)
           << "query[" << i << "] head_size " << c.head_size << " neox " << c.neox;
@@ -143,7 +123,7 @@ void expect_matches_reference() {
 
 template <typename T>
 class RotaryCached : public ::testing::Test {};
-using Types = ::testing::Types<float, double, Half, BFloat16>;
+using Types = ::testing::Types<float, double, tierkit::Half, tierkit::BFloat16>;
 TYPED_TEST_SUITE(RotaryCached, Types);
 
 TYPED_TEST(RotaryCached, MatchesVllmsFormulaInBothLayouts) {
@@ -154,7 +134,7 @@ TYPED_TEST(RotaryCached, MatchesVllmsFormulaInBothLayouts) {
 // read as it is, not rounded to x's dtype first.
 TYPED_TEST(RotaryCached, AcceptsACacheInTheComputeType) {
   using T = TypeParam;
-  expect_matches_reference<T, compute_t<T>>();
+  expect_matches_reference<T, C<T>>();
 }
 
 // float32: vLLM's own sequence, so the same bits as (a * c) - (b * s) in float.

@@ -27,32 +27,12 @@ using namespace row_test_support;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// T's rounding (half an ulp, relative) and the compute type's epsilon.
-template <typename T>
-long double half_ulp() {
-  if constexpr (std::is_same_v<T, Half>) return 1.0L / 2048;
-  if constexpr (std::is_same_v<T, BFloat16>) return 1.0L / 256;
-  return std::numeric_limits<T>::epsilon() / 2;
-}
 // T's smallest subnormal.
 template <typename T>
 long double tiny() {
   if constexpr (std::is_same_v<T, Half>) return 1.0L / (1 << 24);
   if constexpr (std::is_same_v<T, BFloat16>) return std::ldexp(1.0L, -133);
   return std::numeric_limits<T>::denorm_min();
-}
-template <typename T>
-long double eps_c() {
-  return std::numeric_limits<C<T>>::epsilon();
-}
-
-template <typename T>
-std::vector<T> random_vec(std::size_t n, std::uint32_t seed, float scale = 1.f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.f, scale);
-  std::vector<T> v(n);
-  for (auto& e : v) e = to_t<T>(dist(gen));
-  return v;
 }
 
 // ---- exp_nonpositive -------------------------------------------------------
@@ -132,6 +112,16 @@ void run_rows(const std::vector<T>& x, const std::vector<T>& dy, std::int64_t ro
                      nullptr, run);
 }
 
+// log_softmax's rows where `log`, softmax's otherwise.
+template <typename T>
+void run_kind(bool log, const std::vector<T>& x, const std::vector<T>& dy, std::int64_t rows, std::int64_t d,
+              std::vector<T>& y, std::vector<C<T>>& stats, std::vector<T>& dx) {
+  if (log)
+    run_rows<k::LogSoftmax>(x, dy, rows, d, y, stats, dx);
+  else
+    run_rows<k::Softmax>(x, dy, rows, d, y, stats, dx);
+}
+
 template <typename T>
 class Softmax : public ::testing::Test {};
 using Types = ::testing::Types<float, double, Half, BFloat16>;
@@ -149,10 +139,7 @@ TYPED_TEST(Softmax, ForwardAndBackwardMatchLongDouble) {
         const auto x = random_vec<T>(rows * d, 3 + d, spread), dy = random_vec<T>(rows * d, 4 + d);
         std::vector<T> y, dx;
         std::vector<C<T>> stats;
-        if (log)
-          run_rows<k::LogSoftmax>(x, dy, rows, d, y, stats, dx);
-        else
-          run_rows<k::Softmax>(x, dy, rows, d, y, stats, dx);
+        run_kind(log, x, dy, rows, d, y, stats, dx);
         const Ref ref = reference(log, x, dy, rows, d);
         for (std::int64_t i = 0; i < rows * d; ++i) {
           const long double want = ref.y[i], got = ld(y[i]);
@@ -194,10 +181,7 @@ TYPED_TEST(Softmax, SpecialRowsAsAten) {
   for (const bool log : {false, true}) {
     std::vector<T> y, dx;
     std::vector<C<T>> stats;
-    if (log)
-      run_rows<k::LogSoftmax>(x, dy, rows, d, y, stats, dx);
-    else
-      run_rows<k::Softmax>(x, dy, rows, d, y, stats, dx);
+    run_kind(log, x, dy, rows, d, y, stats, dx);
     const long double e = std::exp(1.0L), z = 1 + e;  // row 0's sum
     EXPECT_EQ(ld(y[0]), log ? -INFINITY : 0.0L);
     EXPECT_EQ(ld(y[3]), log ? -INFINITY : 0.0L);

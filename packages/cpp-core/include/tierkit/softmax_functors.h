@@ -86,25 +86,48 @@ TIERKIT_ROW_INLINE typename M::F exp_nonpositive(typename M::F x) {
   return (y * s1) * s2;
 }
 
-template <typename C>
-TIERKIT_ROW_INLINE C exp_of_nonpositive(C x) {
-  if constexpr (std::is_same_v<C, double>)
-    return std::exp(x);
-  else
-    return exp_nonpositive<ExpOne>(x);
-}
-
 // The row's largest element, NaNs skipped, zero as +0 (see the top).
 template <typename C>
 TIERKIT_ROW_INLINE C max_settled(C m) {
   return m + C(0);  // -0 + +0 = +0; every other value unchanged
 }
 
-// Rows<T> (kLog: log_softmax): the reference bits at every level.
-template <typename T, bool kLog>
-struct SoftmaxRowsOf {
-  using C = compute_t<T>;
+// One element in the compute type C (float, or double for double): the
+// scalar rows' L, as VecAt<W, T> is a vector's and OneAt<T> a vector tail's.
+template <typename C>
+struct ScalarAt {
+  template <typename P>
+  TIERKIT_ROW_INLINE static C ld(const P* p) {
+    return static_cast<C>(load_compute(p));
+  }
+  TIERKIT_ROW_INLINE static C splat(C c) { return c; }
+  template <typename P>
+  TIERKIT_ROW_INLINE static void st(P* p, C v, bool = false) {
+    store_compute(p, v);
+  }
+};
+template <typename C>
+TIERKIT_ROW_INLINE C exp_at(ScalarAt<C>, C x) {
+  if constexpr (std::is_same_v<C, double>)
+    return std::exp(x);
+  else
+    return exp_nonpositive<ExpOne>(x);
+}
 
+// How a row's terms are run: in C one element at a time (the scalar rows:
+// every dtype, the baseline level, double everywhere), in lane_sum's order.
+template <typename T>
+struct ScalarRowTerms {
+  using C = compute_t<T>;
+  template <typename Term>
+  TIERKIT_ROW_INLINE static C sum(std::int64_t d, const Term& term) {
+    return lane_sum_of<C>(d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return term(ScalarAt<C>{}, j); });
+  }
+  template <typename Term>
+  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* = nullptr) {
+    TIERKIT_VECTORIZE_LOOP
+    for (std::int64_t j = 0; j < d; ++j) term(ScalarAt<C>{}, j);
+  }
   TIERKIT_ROW_INLINE static C row_max(const T* x, std::int64_t d) {
     C m = -std::numeric_limits<C>::infinity();
     for (std::int64_t j = 0; j < d; ++j) {
@@ -113,32 +136,46 @@ struct SoftmaxRowsOf {
     }
     return max_settled(m);
   }
+};
+
+// The two kinds' rows, each expression written once over a term's L and
+// run by R (ScalarRowTerms, or VecRowTerms below: a register block at a
+// time, the same terms in the same order, so the same bits).
+template <typename R, typename T, bool kLog>
+struct SoftmaxBody {
+  using C = typename R::C;
   // y_j from x_j and the row's stats (m, s or log s).
-  TIERKIT_ROW_INLINE static C value(C x, C m, C s) {
+  template <typename L, typename V>
+  TIERKIT_ROW_INLINE static V value(L, V x, C m, C s) {
     if constexpr (kLog)
-      return (x - m) - s;
+      return (x - L::splat(m)) - L::splat(s);
     else
-      return exp_of_nonpositive(x - m) / s;
+      return exp_at(L{}, x - L::splat(m)) / L::splat(s);
   }
 
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C>, C, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* stats) {
+  TIERKIT_ROW_INLINE static void forward(const T* x, std::int64_t d, std::int64_t lo, std::int64_t hi, T* y,
+                                         C* stats, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
-      const C m = row_max(xr, d);
-      const C sum = lane_sum_of<C>(
-          d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA { return exp_of_nonpositive(load_compute(xr + j) - m); });
+      const C m = R::row_max(xr, d);
+      const C sum = R::sum(
+          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return exp_at(L, L.ld(xr + j) - L.splat(m)); });
       const C s = kLog ? std::log(sum) : sum;
       stats[2 * r] = m;
       stats[2 * r + 1] = s;
       T* yr = y + r * d;
-      for (std::int64_t j = 0; j < d; ++j) store_compute(yr + j, value(load_compute(xr + j), m, s));
+      // 16-bit rows store plainly (store_lanes); float ones stream where row_streams says.
+      R::each(
+          d,
+          [&](auto L, std::int64_t j)
+              TIERKIT_ROW_LAMBDA { L.st(yr + j, value(L, L.ld(xr + j), m, s), stream); },
+          r + 1 < hi ? xr + d : nullptr);
     }
   }
 
   // dx may be dy or x exactly (element j reads only element j); no parameters.
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C>, const C* stats,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C*, C*) {
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, const C* stats, std::int64_t d,
+                                          std::int64_t lo, std::int64_t hi, T* dx, bool stream) {
     if (!dx) return;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
@@ -146,21 +183,34 @@ struct SoftmaxRowsOf {
       const C m = stats[2 * r], s = stats[2 * r + 1];
       T* dxr = dx + r * d;
       if constexpr (kLog) {
-        const C sg =
-            lane_sum_of<C>(d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(gr + j); });
-        for (std::int64_t j = 0; j < d; ++j)
-          store_compute(dxr + j,
-                        load_compute(gr + j) - exp_of_nonpositive(value(load_compute(xr + j), m, s)) * sg);
-      } else {
-        const C dot = lane_sum_of<C>(d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA {
-          return load_compute(gr + j) * value(load_compute(xr + j), m, s);
+        const C sg = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(gr + j); });
+        R::each(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          L.st(dxr + j, L.ld(gr + j) - exp_at(L, value(L, L.ld(xr + j), m, s)) * L.splat(sg), stream);
         });
-        for (std::int64_t j = 0; j < d; ++j) {
-          const C yj = value(load_compute(xr + j), m, s);
-          store_compute(dxr + j, yj * (load_compute(gr + j) - dot));
-        }
+      } else {
+        const C dot = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          return L.ld(gr + j) * value(L, L.ld(xr + j), m, s);
+        });
+        R::each(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+          L.st(dxr + j, value(L, L.ld(xr + j), m, s) * (L.ld(gr + j) - L.splat(dot)), stream);
+        });
       }
     }
+  }
+};
+
+// Rows<T>: the reference bits at every level.
+template <typename T, bool kLog>
+struct SoftmaxRowsOf {
+  using C = compute_t<T>;
+  using Body = SoftmaxBody<ScalarRowTerms<T>, T, kLog>;
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C>, C, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, C* stats) {
+    Body::forward(x, d, lo, hi, y, stats, false);
+  }
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C>, const C* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C*, C*) {
+    Body::backward(dy, x, stats, d, lo, hi, dx, false);
   }
 };
 
@@ -189,12 +239,20 @@ TIERKIT_ROW_INLINE float exp_at(OneAt<T>, float x) {
   return exp_nonpositive<ExpOne>(x);
 }
 
-// SoftmaxRowsOf's arithmetic a register block at a time: each expression
-// written once over L (VecAt's vectors, OneAt's tail), so the same bits.
-template <typename W, typename T, bool kLog>
-struct SoftmaxRowsVecOf {
+// How a row's terms are run at W's width: float and the 16-bit types at
+// AVX2 and AVX-512 (vec_sum_of / vec_each_of: vectors, then the tail).
+template <typename W, typename T>
+struct VecRowTerms {
+  using C = float;
   using F = typename W::F;
-
+  template <typename Term>
+  TIERKIT_ROW_INLINE static float sum(std::int64_t d, const Term& term) {
+    return vec_sum_of<W, T>(d, term);
+  }
+  template <typename Term>
+  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* ahead = nullptr) {
+    vec_each_of<W, T>(d, term, ahead);
+  }
   TIERKIT_ROW_INLINE static float row_max(const T* x, std::int64_t d) {
     F mv = splat<W>(-std::numeric_limits<float>::infinity());
     float m = -std::numeric_limits<float>::infinity();
@@ -213,60 +271,20 @@ struct SoftmaxRowsVecOf {
     for (float v : lanes) m = v > m ? v : m;
     return max_settled(m);
   }
-  // SoftmaxRowsOf::value over L's vectors or its one element.
-  template <typename L, typename V>
-  TIERKIT_ROW_INLINE static V value(L, V x, float m, float s) {
-    if constexpr (kLog)
-      return (x - L::splat(m)) - L::splat(s);
-    else
-      return exp_at(L{}, x - L::splat(m)) / L::splat(s);
-  }
+};
 
+template <typename W, typename T, bool kLog>
+struct SoftmaxRowsVecOf {
+  using Body = SoftmaxBody<VecRowTerms<W, T>, T, kLog>;
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float>, float, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, float* stats, bool stream) {
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const T* xr = x + r * d;
-      const float m = row_max(xr, d);
-      const float sum = vec_sum_of<W, T>(
-          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return exp_at(L, L.ld(xr + j) - L.splat(m)); });
-      const float s = kLog ? std::log(sum) : sum;
-      stats[2 * r] = m;
-      stats[2 * r + 1] = s;
-      T* yr = y + r * d;
-      // 16-bit rows store plainly (store_lanes); float ones stream where row_streams says.
-      vec_each_of<W, T>(
-          d,
-          [&](auto L, std::int64_t j)
-              TIERKIT_ROW_LAMBDA { L.st(yr + j, value(L, L.ld(xr + j), m, s), stream); },
-          r + 1 < hi ? xr + d : nullptr);
-    }
+    Body::forward(x, d, lo, hi, y, stats, stream);
     if (stream) _mm_sfence();
   }
-
   TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float>, const float* stats,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float*,
                                           float*, bool stream) {
-    if (!dx) return;
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const T* xr = x + r * d;
-      const T* gr = dy + r * d;
-      const float m = stats[2 * r], s = stats[2 * r + 1];
-      T* dxr = dx + r * d;
-      if constexpr (kLog) {
-        const float sg =
-            vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(gr + j); });
-        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-          L.st(dxr + j, L.ld(gr + j) - exp_at(L, value(L, L.ld(xr + j), m, s)) * L.splat(sg), stream);
-        });
-      } else {
-        const float dot = vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-          return L.ld(gr + j) * value(L, L.ld(xr + j), m, s);
-        });
-        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-          L.st(dxr + j, value(L, L.ld(xr + j), m, s) * (L.ld(gr + j) - L.splat(dot)), stream);
-        });
-      }
-    }
+    Body::backward(dy, x, stats, d, lo, hi, dx, stream);
     if (stream) _mm_sfence();
   }
 };
