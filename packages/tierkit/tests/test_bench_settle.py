@@ -141,3 +141,27 @@ def test_the_quickest_sections_are_measured_again_first():
     results["targets"] = evaluate(results)
     settle.settle(results, sections, remeasure, evaluate, lambda msg: None, budget_s=1e9)
     assert calls == ["rows", "models"]
+
+
+def test_a_stored_runs_settle_record_survives_evaluating_its_targets_again():
+    """Re-rendering a stored run (the committed example) evaluates its targets
+    by today's code from its rows: a target the run measured again keeps its
+    runs and note where the figure is the same, and only there."""
+
+    def t(name, measured, detail, runs=None):
+        out = {"target": name, "measured": measured, "met": measured >= 0.9, "detail": detail}
+        if runs:
+            out.update(runs=runs, verdicts=[m >= 0.9 for m in runs], settled=True)
+        return out
+
+    recorded = [
+        t("a", 0.91, "x; within 5%: settled", [0.91, 0.91]),
+        t("b", 1.2, "y"),
+        t("c", 0.5, "z", [0.5, 0.5]),
+    ]
+    evaluated = [t("a", 0.91, "x"), t("b", 1.2, "y"), t("c", 0.6, "z2"), t("d", 1.0, "")]
+    out = settle.keep_settle_record(recorded, evaluated)
+    assert out[0] == recorded[0]  # the run's record, note included
+    assert (
+        out[1:] == evaluated[1:]
+    )  # no record, another figure (today's code measures otherwise), a new target

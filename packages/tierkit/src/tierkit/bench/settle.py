@@ -109,3 +109,24 @@ def settle(
             note = f"within {BAND:.0%} of its threshold: measured {len(runs)} times ({figures}), verdicts differ: unsettled"
         t["detail"] = f"{t['detail']}; {note}" if t.get("detail") else note
     results["targets"] = latest
+
+
+def keep_settle_record(recorded: list[dict], targets: list[dict]) -> list[dict]:
+    """`targets` (evaluated again from a run's rows, by today's code) with the
+    run's settle record (``runs``, ``verdicts``, ``settled`` and the note in
+    ``detail``) where `recorded` (the run's own targets) has one for the same
+    target and figure: re-rendering a stored run keeps what it measured again."""
+    by_name = {t["target"]: t for t in recorded if "runs" in t}
+    out = []
+    for t in targets:
+        r = by_name.get(t["target"])
+        if r is not None and r.get("measured") == t.get("measured"):
+            t = {
+                **t,
+                "runs": r["runs"],
+                "verdicts": r["verdicts"],
+                "settled": r["settled"],
+                "detail": r["detail"],
+            }
+        out.append(t)
+    return out
