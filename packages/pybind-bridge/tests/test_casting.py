@@ -75,7 +75,7 @@ def test_casting_modes_match_the_formula(entry, mode, xd, wd):
 
 @CASTING
 @pytest.mark.parametrize("d", [96, 4100])
-def test_casting_modes_equal_the_torch_ops_and_their_composite(entry, mode, d):
+def test_casting_modes_equal_the_torch_ops(entry, mode, d):
     """Each mode's result is tierkit_torch's bit for bit, both its plain call
     and its composite (the plain op then torch's ops: taken where x needs a
     gradient). A 16-bit "llama" with a weight of x's dtype runs here, and in
