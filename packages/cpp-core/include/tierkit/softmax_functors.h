@@ -43,7 +43,7 @@ namespace detail {
 // 0, -inf included). Written once over M: a float (ExpOne) or a vector of
 // W's width (ExpVec), the same operations in the same order, so every level
 // gives the same bits. Checked against long double exp on every 16th float
-// in [-110, 0] (CTest: every 64th; within 1.02 ulp in the normal range).
+// in [-110, 0] (CTest: every 256th; within 1.02 ulp in the normal range).
 struct ExpOne {
   using F = float;
   using U = std::uint32_t;
