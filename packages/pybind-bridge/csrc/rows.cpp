@@ -14,7 +14,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -258,7 +257,7 @@ void scale_columns_into(const tierkit::TensorView& y, const tierkit::TensorView&
         // loop on one thread took 31 ms for bfloat16 [4096, 4096] on an AVX-512 Xeon).
         const C* w_c = wc.data();
         tierkit::kernels::PoolRunner{max_threads()}(
-            n / d, std::max<std::int64_t>(1, 16384 / d), [&](std::int64_t lo, std::int64_t hi) {
+            n / d, tierkit::kernels::detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
               for (std::int64_t r = lo; r < hi; ++r) {
                 const Y* yr = py + r * d;
                 O* outr = po + r * d;
@@ -356,14 +355,14 @@ void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::Tens
 // only a float64 parameter beside a narrower x converts x too.
 template <typename K, std::size_t P>
 void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
-                double eps, const tierkit::TensorView& y, bool round_normalized = false) {
+                double eps, const tierkit::TensorView& y) {
   bool mixed = false, wide = x.dtype() == tierkit::DType::Float64;
   for (const tierkit::TensorView* p : params) {
     if (!p) continue;
     mixed = mixed || p->dtype() != x.dtype();
     wide = wide || p->dtype() == tierkit::DType::Float64;
   }
-  if (!mixed) return run_rows<K, P>(x, params, eps, y, false, round_normalized);
+  if (!mixed) return run_rows<K, P>(x, params, eps, y, false, false);
   const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
   std::array<std::optional<Buffer>, P> held;
   std::array<tierkit::TensorView, P> views;
@@ -379,7 +378,7 @@ void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::Te
     converted_params[i] = &views[i];
   }
   if (c == x.dtype() || c == tierkit::DType::Float32)
-    return run_rows<K, P>(x, converted_params, eps, y, true, round_normalized);
+    return run_rows<K, P>(x, converted_params, eps, y, true, false);
   const Buffer xc = converted(x, c);
   Buffer yc = Buffer::empty(x.shape(), c, false);
   run_rows<K, P>(xc.view(), converted_params, eps, yc.view(), false, false);
@@ -479,12 +478,14 @@ struct BridgeRows {
     // The forward into a C-contiguous `y` of the result's dtype (then the product after, if any).
     // A product after by a weight of x's dtype is core's round_normalized rows: x-hat rounded,
     // times the weight, rounded once more, in one pass (the same bits as the two passes below).
+    // The weight is the only parameter (casting modes are weight-only) and of x's dtype: the
+    // call mixes no dtypes, so it goes to run_rows as it is.
     const bool one_pass = after && after->dtype() == vx.dtype();
     const auto forward = [&](const tierkit::TensorView& y) {
       if (one_pass) {
         std::array<const tierkit::TensorView*, P> with_weight = params;
         with_weight[0] = after;
-        return run_kernel<K, P>(xc, with_weight, eps, y, true);
+        return run_rows<K, P>(xc, with_weight, eps, y, false, true);
       }
       if (!after) return run_kernel<K, P>(xc, params, eps, y);
       Buffer normalized = Buffer::empty(xc.shape(), xc.dtype(), false);
