@@ -108,13 +108,22 @@ def warn_skipped(who: str, skipped: dict[str, str], stacklevel: int = 3) -> None
 _SHARED: dict[tuple, Any] = {}
 
 
+def _once(key: tuple, make: Callable[[], Any]) -> Any:
+    """make()'s result, made once per `key` and shared."""
+    if key not in _SHARED:
+        _SHARED[key] = make()
+    return _SHARED[key]
+
+
 def _shared(key: tuple, source: str, scope: dict[str, Any]) -> Any:
     """The function `source` defines (named ``forward``) over `scope`, made once per `key`."""
-    if key not in _SHARED:
+
+    def make() -> Any:
         namespace = dict(scope)
         exec(compile(source, f"<tierkit_torch patched forward: {key[0]}>", "exec"), namespace)
-        _SHARED[key] = namespace["forward"]
-    return _SHARED[key]
+        return namespace["forward"]
+
+    return _once(key, make)
 
 
 def _overload(name: str, overload: str = "default") -> Any:
@@ -503,9 +512,6 @@ def _rotary_probe(module: Any) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- per-instance state that survives pickling
-
-
 # ---------------------------------------------------------------- under torch.compile
 
 # Per kind of replacement ("norm", "layer_norm", "mlp", "rotary"): who computes it
@@ -579,10 +585,7 @@ def _tierkit_forward(module: torch.nn.Module, spec: tuple) -> Callable[..., Any]
         return _mlp_forward(*spec[1:])
     if kind == "rotary":  # one copy per class forward, shared by its instances
         stock = type(module).forward
-        key = ("rotary", stock)
-        if key not in _SHARED:
-            _SHARED[key] = _with_rotary(stock, apply_rotary_pos_emb)
-        return _SHARED[key]
+        return _once(("rotary", stock), lambda: _with_rotary(stock, apply_rotary_pos_emb))
     if kind == "method":  # a forward kernels put in (an importable layer's)
         return spec[1]
     if kind == "hub":  # tierkit_torch.hub's per-instance forwards
@@ -590,6 +593,9 @@ def _tierkit_forward(module: torch.nn.Module, spec: tuple) -> Callable[..., Any]
 
         return hub._forward_from_spec(module, spec)
     return None
+
+
+# ---------------------------------------------------------------- per-instance state that survives pickling
 
 
 def bind(module: torch.nn.Module, spec: tuple) -> bool:
