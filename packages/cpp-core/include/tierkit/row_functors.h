@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "tierkit/row_kernels.h"
+#include "tierkit/row_terms.h"
 
 namespace tierkit::kernels {
 
@@ -37,238 +38,105 @@ namespace tierkit::kernels {
 //    c = sum_j g * x_hat / d, dx = (g - x_hat * c) * rstd rounded once to T;
 //    dw[j] = sum_r dy[r,j] * x_hat[r,j] in C (the caller rounds it to T).
 namespace detail {
-template <typename T>
-struct RmsNormRows {
-  using C = compute_t<T>;
+// RmsNorm's rows, each expression written once over a term's L and run by
+// R (row_terms.h: ScalarRowTerms for Rows<T>, VecRowTerms for RowsVec).
+template <typename R, typename T>
+struct RmsNormBody {
+  using C = typename R::C;
 
   TIERKIT_ROW_INLINE static C rstd_of(C sum_sq, std::int64_t d, C eps) {
     return C(1) / std::sqrt(sum_sq / static_cast<C>(d) + eps);
   }
 
   // y = (x * rstd) * w, rounded once; with `round` (casting_mode "llama"),
-  // y = T(T(x * rstd) * w): x-hat rounded to T first.
-  TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C rstd, std::int64_t d, T* y,
-                                       bool round = false) {
-    if (w && round) {
-      for (std::int64_t j = 0; j < d; ++j) {
-        T xh;
-        store_compute(y + j, store_rounded(&xh, load_compute(x + j) * rstd) * w[j]);
+  // y = T(T(x * rstd) * w): x-hat rounded to T first. y may be x (a block is
+  // read before it is written).
+  TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C rs, std::int64_t d, T* y, bool stream,
+                                       bool round, const T* ahead) {
+    R::out_row(y, d, stream, [&](T* out, bool st) TIERKIT_ROW_LAMBDA {
+      if (w && round) {
+        R::each(
+            d,
+            [&](auto L, std::int64_t j)
+                TIERKIT_ROW_LAMBDA { L.st(out + j, L.round(L.ld(x + j) * L.splat(rs)) * L.ld(w + j), st); },
+            ahead);
+      } else if (w) {
+        R::each(
+            d,
+            [&](auto L, std::int64_t j)
+                TIERKIT_ROW_LAMBDA { L.st(out + j, (L.ld(x + j) * L.splat(rs)) * L.ld(w + j), st); },
+            ahead);
+      } else {
+        R::each(
+            d,
+            [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, L.ld(x + j) * L.splat(rs), st); },
+            ahead);
       }
-    } else if (w) {
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j)
-        store_compute(y + j, (load_compute(x + j) * rstd) * load_compute(w + j));
-    } else {
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j) store_compute(y + j, load_compute(x + j) * rstd);
-    }
+    });
   }
 
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* rstd) {
-    const C* w = p.w;
+                                         std::int64_t hi, T* y, C* rstd, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
-      const C ss = lane_sum_of<C>(d, [xr](std::int64_t j) TIERKIT_ROW_LAMBDA {
-        const C v = load_compute(xr + j);
-        return v * v;
-      });
-      const C rs = rstd_of(ss, d, eps);
-      rstd[r] = rs;
-      scale(xr, w, rs, d, y + r * d, p.round_normalized);
-    }
-  }
-
-  // h = T(x + residual) (h may be residual), then forward on h.
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
-                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd) {
-    const C* w = p.w;
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const T* xr = x + r * d;
-      const T* rr = res + r * d;
-      T* hr = h + r * d;
-      const C ss = lane_sum<C>(
-          d,
-          [&](std::int64_t j, C* v) TIERKIT_ROW_LAMBDA {
-            // Every load of the block before any store: h may be residual.
-            C sum[kRowLanes];
-            for (int k = 0; k < kRowLanes; ++k) sum[k] = load_compute(xr + j + k) + load_compute(rr + j + k);
-            for (int k = 0; k < kRowLanes; ++k) {
-              const C hv = store_rounded(hr + j + k, sum[k]);
-              v[k] = hv * hv;
-            }
-          },
-          [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-            const C hv = store_rounded(hr + j, load_compute(xr + j) + load_compute(rr + j));
-            return hv * hv;
-          });
-      const C rs = rstd_of(ss, d, eps);
-      rstd[r] = rs;
-      scale(hr, w, rs, d, y + r * d, p.round_normalized);
-    }
-  }
-
-  // Rows [lo, hi): dx (if non-null), and dw's partial sums added into dwp
-  // (if non-null) row by row; no bias, so no dbp.
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* rstd,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
-                                          C*) {
-    const C* w = p.w;
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const T* xr = x + r * d;
-      const T* gr = dy + r * d;
-      const C rs = rstd[r];
-      if (!dx) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < d; ++j) dwp[j] += load_compute(gr + j) * (load_compute(xr + j) * rs);
-        continue;
-      }
-      // sum_j g * x_hat, g = dy * w (dy without a weight).
-      const C dot = w ? lane_sum_of<C>(d,
-                                       [=](std::int64_t j) TIERKIT_ROW_LAMBDA {
-                                         return (load_compute(gr + j) * load_compute(w + j)) *
-                                                (load_compute(xr + j) * rs);
-                                       })
-                      : lane_sum_of<C>(d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA {
-                          return load_compute(gr + j) * (load_compute(xr + j) * rs);
-                        });
-      const C c = dot / static_cast<C>(d);
-      T* dxr = dx + r * d;
-      // dx may be dy or x exactly (element j reads only element j).
-      if (w && dwp) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t i = 0; i < d; ++i) {
-          const C g0 = load_compute(gr + i), xh = load_compute(xr + i) * rs;
-          dwp[i] += g0 * xh;
-          store_compute(dxr + i, (g0 * load_compute(w + i) - xh * c) * rs);
-        }
-      } else if (w) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t i = 0; i < d; ++i) {
-          const C xh = load_compute(xr + i) * rs;
-          store_compute(dxr + i, (load_compute(gr + i) * load_compute(w + i) - xh * c) * rs);
-        }
-      } else {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t i = 0; i < d; ++i) {
-          const C g0 = load_compute(gr + i), xh = load_compute(xr + i) * rs;
-          if (dwp) dwp[i] += g0 * xh;
-          store_compute(dxr + i, (g0 - xh * c) * rs);
-        }
-      }
-    }
-  }
-};
-
-#ifdef TIERKIT_ROW_VEC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
-// RmsNormRows' arithmetic a register block at a time (row_kernels.h's
-// RowsVec): the same terms in the same order, so the same bits.
-template <typename W, typename T>
-struct RmsNormRowsVec {
-  // y = (x * rstd) * w (y may be x: a block is read before it is written);
-  // w in float (RowParams arrive in the compute type).
-  TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, float rs, std::int64_t d, T* y,
-                                       bool stream = false, bool round = false, const T* ahead = nullptr) {
-    if constexpr (sizeof(T) == 2) {
-      if (stream) {  // whole lines around the cache (row_streams)
-        StreamRow<T> row;
-        scale_to(x, w, rs, d, row.p, false, round, ahead);
-        stream_row<W>(row.p, y, d);
-        return;
-      }
-    }
-    scale_to(x, w, rs, d, y, stream, round, ahead);
-  }
-  TIERKIT_ROW_INLINE static void scale_to(const T* x, const float* w, float rs, std::int64_t d, T* y,
-                                          bool stream, bool round, const T* ahead) {
-    if (w && round) {  // y = T(T(x * rstd) * w), as RmsNormRows::scale
-      vec_each_of<W, T>(
-          d,
-          [&](auto L, std::int64_t j)
-              TIERKIT_ROW_LAMBDA { L.st(y + j, L.round(L.ld(x + j) * L.splat(rs)) * L.ld(w + j), stream); },
-          ahead);
-    } else if (w) {
-      vec_each_of<W, T>(
-          d,
-          [&](auto L, std::int64_t j)
-              TIERKIT_ROW_LAMBDA { L.st(y + j, (L.ld(x + j) * L.splat(rs)) * L.ld(w + j), stream); },
-          ahead);
-    } else {
-      vec_each_of<W, T>(
-          d,
-          [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, L.ld(x + j) * L.splat(rs), stream); },
-          ahead);
-    }
-  }
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
-                                         std::int64_t lo, std::int64_t hi, T* y, float* rstd, bool stream) {
-    const float* w = p.w;
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const T* xr = x + r * d;
-      const float ss = vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+      const C ss = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
         const auto v = L.ld(xr + j);
         return v * v;
       });
-      const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
+      const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(xr, w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
+      scale(xr, p.w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
     }
-    if (stream) _mm_sfence();
   }
-  // h = T(x + residual) a block at a time (h may be residual: both inputs of
-  // a block are read before its h is written), the sum over h as rounded.
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
-                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
-                                             float* rstd, bool stream) {
-    const float* w = p.w;
+
+  // h = T(x + residual) (h may be residual: an element's inputs are read
+  // before its h is written), then the forward of h as rounded.
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
+                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd,
+                                             bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
-      const float ss = vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-        L.st(hr + j, L.ld(xr + j) + L.ld(rr + j));
-        const auto hv = L.ld(hr + j);  // h as rounded to T
-        return hv * hv;
-      });
-      const float rs = RmsNormRows<T>::rstd_of(ss, d, eps);
+      const C ss = R::sum_stored(
+          d, hr, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j) + L.ld(rr + j); },
+          [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv * hv; });
+      const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(hr, w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
+      scale(hr, p.w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
     }
-    if (stream) _mm_sfence();
   }
-  // RmsNormRows::backward's arithmetic: the dot's terms, then dx (which may
-  // be dy or x: a block's inputs are read before its dx is written) and dw's
-  // partial sums.
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* rstd,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
-                                          float*, bool stream) {
-    const float* w = p.w;
+
+  // The dot's terms, then dx (which may be dy or x: an element's inputs are
+  // read before its dx is written) and dw's partial sums added into dwp
+  // (if non-null) row by row; no bias, so no dbp.
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* rstd,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
+                                          bool stream) {
+    const C* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
-      const float rs = rstd[r];
+      const C rs = rstd[r];
       if (!dx) {
-        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-          L.add(dwp + j, L.ld(gr + j) * (L.ld(xr + j) * L.splat(rs)));
-        });
+        R::each(d, [&](auto L, std::int64_t j)
+                       TIERKIT_ROW_LAMBDA { L.add(dwp + j, L.ld(gr + j) * (L.ld(xr + j) * L.splat(rs))); });
         continue;
       }
-      const float dot =
-          w ? vec_sum_of<W, T>(d,
+      // sum_j g * x_hat, g = dy * w (dy without a weight).
+      const C dot = w ? R::sum(d,
                                [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
                                  return (L.ld(gr + j) * L.ld(w + j)) * (L.ld(xr + j) * L.splat(rs));
                                })
-            : vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-                return L.ld(gr + j) * (L.ld(xr + j) * L.splat(rs));
-              });
-      const float c = dot / static_cast<float>(d);
+                      : R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+                          return L.ld(gr + j) * (L.ld(xr + j) * L.splat(rs));
+                        });
+      const C c = dot / static_cast<C>(d);
       T* dxr = dx + r * d;
-      // The next row's dy (vec_each's ahead) and x, asked for during this last pass.
+      // The next row's dy (each's ahead) and x, asked for during this last pass.
       const T* next_x = r + 1 < hi ? xr + d : nullptr;
-      vec_each_of<W, T>(
+      R::each(
           d,
           [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-            if (next_x) __builtin_prefetch(next_x + j, 0, 3);
+            if (next_x) R::prefetch(next_x + j);
             const auto g0 = L.ld(gr + j), xh = L.ld(xr + j) * L.splat(rs);
             if (dwp) L.add(dwp + j, g0 * xh);
             L.st(
@@ -278,6 +146,52 @@ struct RmsNormRowsVec {
           },
           r + 1 < hi ? gr + d : nullptr);
     }
+  }
+};
+
+// Rows<T>: the reference bits at every level.
+template <typename T>
+struct RmsNormRows {
+  using C = compute_t<T>;
+  using Body = RmsNormBody<ScalarRowTerms<T>, T>;
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, C* rstd) {
+    Body::forward(x, p, eps, d, lo, hi, y, rstd, false);
+  }
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
+                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd) {
+    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, rstd, false);
+  }
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* rstd,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
+                                          C*) {
+    Body::backward(dy, x, p, rstd, d, lo, hi, dx, dwp, false);
+  }
+};
+
+#ifdef TIERKIT_ROW_VEC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
+// RowsVec<W, T>: the same body a register block at a time; streamed
+// stores fenced before the rows' chunk returns.
+template <typename W, typename T>
+struct RmsNormRowsVec {
+  using Body = RmsNormBody<VecRowTerms<W, T>, T>;
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
+                                         std::int64_t lo, std::int64_t hi, T* y, float* rstd, bool stream) {
+    Body::forward(x, p, eps, d, lo, hi, y, rstd, stream);
+    if (stream) _mm_sfence();
+  }
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
+                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
+                                             float* rstd, bool stream) {
+    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, rstd, stream);
+    if (stream) _mm_sfence();
+  }
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* rstd,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
+                                          float*, bool stream) {
+    Body::backward(dy, x, p, rstd, d, lo, hi, dx, dwp, stream);
     if (stream) _mm_sfence();
   }
 };

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "tierkit/row_kernels.h"
+#include "tierkit/row_terms.h"
 
 namespace tierkit::kernels {
 namespace detail {
@@ -92,42 +93,18 @@ TIERKIT_ROW_INLINE C max_settled(C m) {
   return m + C(0);  // -0 + +0 = +0; every other value unchanged
 }
 
-// One element in the compute type C (float, or double for double): the
-// scalar rows' L, as VecAt<W, T> is a vector's and OneAt<T> a vector tail's.
-template <typename C>
-struct ScalarAt {
-  template <typename P>
-  TIERKIT_ROW_INLINE static C ld(const P* p) {
-    return static_cast<C>(load_compute(p));
-  }
-  TIERKIT_ROW_INLINE static C splat(C c) { return c; }
-  template <typename P>
-  TIERKIT_ROW_INLINE static void st(P* p, C v, bool = false) {
-    store_compute(p, v);
-  }
-};
-template <typename C>
-TIERKIT_ROW_INLINE C exp_at(ScalarAt<C>, C x) {
+template <typename C, typename T>
+TIERKIT_ROW_INLINE C exp_at(ScalarAt<C, T>, C x) {
   if constexpr (std::is_same_v<C, double>)
     return std::exp(x);
   else
     return exp_nonpositive<ExpOne>(x);
 }
 
-// How a row's terms are run: in C one element at a time (the scalar rows:
-// every dtype, the baseline level, double everywhere), in lane_sum's order.
+// row_terms.h's runners, with the row's max (NaNs skipped, zero as +0).
 template <typename T>
-struct ScalarRowTerms {
+struct SoftmaxScalarTerms : ScalarRowTerms<T> {
   using C = compute_t<T>;
-  template <typename Term>
-  TIERKIT_ROW_INLINE static C sum(std::int64_t d, const Term& term) {
-    return lane_sum_of<C>(d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return term(ScalarAt<C>{}, j); });
-  }
-  template <typename Term>
-  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* = nullptr) {
-    TIERKIT_VECTORIZE_LOOP
-    for (std::int64_t j = 0; j < d; ++j) term(ScalarAt<C>{}, j);
-  }
   TIERKIT_ROW_INLINE static C row_max(const T* x, std::int64_t d) {
     C m = -std::numeric_limits<C>::infinity();
     for (std::int64_t j = 0; j < d; ++j) {
@@ -139,8 +116,8 @@ struct ScalarRowTerms {
 };
 
 // The two kinds' rows, each expression written once over a term's L and
-// run by R (ScalarRowTerms, or VecRowTerms below: a register block at a
-// time, the same terms in the same order, so the same bits).
+// run by R (SoftmaxScalarTerms, or SoftmaxVecTerms below: row_terms.h's
+// runners with the row's max).
 template <typename R, typename T, bool kLog>
 struct SoftmaxBody {
   using C = typename R::C;
@@ -203,7 +180,7 @@ struct SoftmaxBody {
 template <typename T, bool kLog>
 struct SoftmaxRowsOf {
   using C = compute_t<T>;
-  using Body = SoftmaxBody<ScalarRowTerms<T>, T, kLog>;
+  using Body = SoftmaxBody<SoftmaxScalarTerms<T>, T, kLog>;
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C>, C, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, C* stats) {
     Body::forward(x, d, lo, hi, y, stats, false);
@@ -239,20 +216,9 @@ TIERKIT_ROW_INLINE float exp_at(OneAt<T>, float x) {
   return exp_nonpositive<ExpOne>(x);
 }
 
-// How a row's terms are run at W's width: float and the 16-bit types at
-// AVX2 and AVX-512 (vec_sum_of / vec_each_of: vectors, then the tail).
 template <typename W, typename T>
-struct VecRowTerms {
-  using C = float;
+struct SoftmaxVecTerms : VecRowTerms<W, T> {
   using F = typename W::F;
-  template <typename Term>
-  TIERKIT_ROW_INLINE static float sum(std::int64_t d, const Term& term) {
-    return vec_sum_of<W, T>(d, term);
-  }
-  template <typename Term>
-  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* ahead = nullptr) {
-    vec_each_of<W, T>(d, term, ahead);
-  }
   TIERKIT_ROW_INLINE static float row_max(const T* x, std::int64_t d) {
     F mv = splat<W>(-std::numeric_limits<float>::infinity());
     float m = -std::numeric_limits<float>::infinity();
@@ -275,7 +241,7 @@ struct VecRowTerms {
 
 template <typename W, typename T, bool kLog>
 struct SoftmaxRowsVecOf {
-  using Body = SoftmaxBody<VecRowTerms<W, T>, T, kLog>;
+  using Body = SoftmaxBody<SoftmaxVecTerms<W, T>, T, kLog>;
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float>, float, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, float* stats, bool stream) {
     Body::forward(x, d, lo, hi, y, stats, stream);

@@ -1,0 +1,127 @@
+// How a row kind's expressions run. A kind writes each expression once, as
+// term(L, j) over an L that loads, stores, rounds and splats (row_kernels.h's
+// VecAt and OneAt, ScalarAt below), inside a body templated on R, which runs
+// the terms:
+//   ScalarRowTerms<T>    in C one element at a time (the scalar rows: every
+//                        dtype, the baseline level, double everywhere), sums
+//                        in lane_sum's order;
+//   VecRowTerms<W, T>    a register block of W's width at a time, then the
+//                        tail (float and the 16-bit types at AVX2 and
+//                        AVX-512), sums in the same order.
+// The same terms in the same order give the same bits at every level, and
+// there is no second copy of a kind's arithmetic to keep in step.
+#pragma once
+
+#include <cstdint>
+
+#include "tierkit/row_kernels.h"
+
+namespace tierkit::kernels::detail {
+
+// One element in the compute type C (float, or double for double) of a row
+// of T: the scalar rows' L, as VecAt<W, T> is a vector's and OneAt<T> a
+// vector tail's.
+template <typename C, typename T = C>
+struct ScalarAt {
+  template <typename P>
+  TIERKIT_ROW_INLINE static C ld(const P* p) {
+    return static_cast<C>(load_compute(p));
+  }
+  TIERKIT_ROW_INLINE static C splat(C c) { return c; }
+  template <typename P>
+  TIERKIT_ROW_INLINE static void st(P* p, C v, bool = false) {
+    store_compute(p, v);
+  }
+  // v rounded to T and read back (casting_mode "llama"'s x-hat).
+  TIERKIT_ROW_INLINE static C round(C v) {
+    T t;
+    return store_rounded(&t, v);
+  }
+  TIERKIT_ROW_INLINE static void add(C* p, C v) { *p += v; }
+};
+
+template <typename T>
+struct ScalarRowTerms {
+  using C = compute_t<T>;
+  using At = ScalarAt<C, T>;
+  template <typename Term>
+  TIERKIT_ROW_INLINE static C sum(std::int64_t d, const Term& term) {
+    return lane_sum_of<C>(d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return term(At{}, j); });
+  }
+  template <typename Term>
+  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* = nullptr) {
+    TIERKIT_VECTORIZE_LOOP
+    for (std::int64_t j = 0; j < d; ++j) term(At{}, j);
+  }
+  // sum_j term(h_j) over a row it writes: h_j = value(j) stored to out[j]
+  // (rounded to T), term reading h_j as rounded. A block's values are all
+  // computed before any is stored (out may be an input exactly), which also
+  // lets GCC vectorize the block: stored element by element, the same sum
+  // ran at half the speed (a float row at the baseline level).
+  template <typename Value, typename Term>
+  TIERKIT_ROW_INLINE static C sum_stored(std::int64_t d, T* out, const Value& value, const Term& term) {
+    return lane_sum<C>(
+        d,
+        [&](std::int64_t j, C* v) TIERKIT_ROW_LAMBDA {
+          C h[kRowLanes];
+          for (int k = 0; k < kRowLanes; ++k) h[k] = value(At{}, j + k);
+          for (int k = 0; k < kRowLanes; ++k) {
+            const C hv = store_rounded(out + j + k, h[k]);
+            v[k] = term(At{}, hv);
+          }
+        },
+        [&](std::int64_t j)
+            TIERKIT_ROW_LAMBDA { return term(At{}, store_rounded(out + j, value(At{}, j))); });
+  }
+  // A row's output: write(out, stream) stores it; the scalar rows store plainly.
+  template <typename Write>
+  TIERKIT_ROW_INLINE static void out_row(T* y, std::int64_t, bool, const Write& write) {
+    write(y, false);
+  }
+  TIERKIT_ROW_INLINE static void prefetch(const void*) {}
+};
+
+#ifdef TIERKIT_ROW_VEC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
+template <typename W, typename T>
+struct VecRowTerms {
+  using C = float;
+  using F = typename W::F;
+  template <typename Term>
+  TIERKIT_ROW_INLINE static float sum(std::int64_t d, const Term& term) {
+    return vec_sum_of<W, T>(d, term);
+  }
+  // `ahead`: the next row's start, asked for a line at a time (vec_each).
+  template <typename Term>
+  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* ahead = nullptr) {
+    vec_each_of<W, T>(d, term, ahead);
+  }
+  template <typename Value, typename Term>
+  TIERKIT_ROW_INLINE static float sum_stored(std::int64_t d, T* out, const Value& value, const Term& term) {
+    return vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+      L.st(out + j, value(L, j));
+      return term(L, L.ld(out + j));  // as rounded to T
+    });
+  }
+  // A 16-bit row that streams (row_streams) is written into a stack row,
+  // then leaves a whole line at a time (a block's own store is half a line
+  // or a quarter); float rows stream their blocks' own stores.
+  template <typename Write>
+  TIERKIT_ROW_INLINE static void out_row(T* y, std::int64_t d, bool stream, const Write& write) {
+    if constexpr (sizeof(T) == 2) {
+      if (stream) {
+        StreamRow<T> row;
+        write(row.p, false);
+        stream_row<W>(row.p, y, d);
+        return;
+      }
+    }
+    write(y, stream);
+  }
+  TIERKIT_ROW_INLINE static void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+};
+#pragma GCC diagnostic pop
+#endif  // TIERKIT_ROW_VEC
+
+}  // namespace tierkit::kernels::detail
