@@ -209,9 +209,9 @@ struct RmsNormRowsVec {
 //  * Backward: x_hat = (x - mean) * rstd, g = dy * w, a = sum_j g / d,
 //    c = sum_j g * x_hat / d, dx = ((g - a) - x_hat * c) * rstd;
 //    dw[j] = sum_r dy * x_hat, db[j] = sum_r dy, in C.
-template <typename T>
-struct LayerNormRows {
-  using C = compute_t<T>;
+template <typename R, typename T>
+struct LayerNormBody {
+  using C = typename R::C;
 
   TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, C eps, C* stats) {
     const C n = static_cast<C>(d);
@@ -222,14 +222,11 @@ struct LayerNormRows {
     // constant row and within an ulp of the row's mean otherwise; the
     // variance is the corrected two-pass one (Chan, Golub and LeVeque), both
     // sums from one pass.
-    const C mean0 =
-        lane_sum_of<C>(d, [xr](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(xr + j); }) / n;
-    const Sums2<C> s = lane_sum2_of<C>(
-        d, [xr, mean0](std::int64_t j) TIERKIT_ROW_LAMBDA { return load_compute(xr + j) - mean0; },
-        [xr, mean0](std::int64_t j) TIERKIT_ROW_LAMBDA {
-          const C v = load_compute(xr + j) - mean0;
-          return v * v;
-        });
+    const C mean0 = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j); }) / n;
+    const Sums2<C> s = R::sum2(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
+      a = L.ld(xr + j) - L.splat(mean0);
+      b = a * a;
+    });
     const C shift = s.a / n;
     const C mean = mean0 + shift;
     const C var = std::max(C(0), s.b / n - shift * shift);
@@ -237,222 +234,143 @@ struct LayerNormRows {
     stats[1] = C(1) / std::sqrt(var + eps);
   }
 
-  // x-hat's affine map, as scale computes it: x-hat * w + b, each if given.
-  TIERKIT_ROW_INLINE static C affine(C xh, const C* w, const C* b, std::int64_t j) {
-    if (w) xh = xh * load_compute(w + j);
-    if (b) xh = xh + load_compute(b + j);
-    return xh;
-  }
-
-  TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<C> p, C mean, C rs, std::int64_t d, T* y) {
+  // y = ((x - mean) * rstd) * w + b, each parameter if given, rounded once
+  // (y may be x: an element is read before it is written).
+  TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<C> p, C mean, C rs, std::int64_t d, T* y,
+                                       bool stream, const T* ahead) {
     const C *w = p.w, *b = p.b;
-    if (w && b) {
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j)
-        store_compute(y + j, ((load_compute(x + j) - mean) * rs) * load_compute(w + j) + load_compute(b + j));
-    } else if (w) {
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j)
-        store_compute(y + j, ((load_compute(x + j) - mean) * rs) * load_compute(w + j));
-    } else if (b) {
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j)
-        store_compute(y + j, (load_compute(x + j) - mean) * rs + load_compute(b + j));
-    } else {
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j) store_compute(y + j, (load_compute(x + j) - mean) * rs);
-    }
+    const auto xh = [&](auto L, std::int64_t j)
+                        TIERKIT_ROW_LAMBDA { return (L.ld(x + j) - L.splat(mean)) * L.splat(rs); };
+    R::out_row(y, d, stream, [&](T* out, bool st) TIERKIT_ROW_LAMBDA {
+      if (w && b) {
+        R::each(
+            d,
+            [&](auto L, std::int64_t j)
+                TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j) * L.ld(w + j) + L.ld(b + j), st); },
+            ahead);
+      } else if (w) {
+        R::each(
+            d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j) * L.ld(w + j), st); },
+            ahead);
+      } else if (b) {
+        R::each(
+            d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j) + L.ld(b + j), st); },
+            ahead);
+      } else {
+        R::each(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j), st); }, ahead);
+      }
+    });
   }
 
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* stats) {
+                                         std::int64_t hi, T* y, C* stats, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       C* s = stats + 2 * r;
       moments(x + r * d, d, eps, s);
-      scale(x + r * d, p, s[0], s[1], d, y + r * d);
+      scale(x + r * d, p, s[0], s[1], d, y + r * d, stream, r + 1 < hi ? x + (r + 1) * d : nullptr);
     }
   }
 
-  // h = T(x + residual) row by row (h may be residual: element j reads only
-  // element j), then forward on the row of h while it is in cache.
+  // h = T(x + residual) row by row (h may be residual: an element's inputs
+  // are read before its h is written), then forward on the row of h in cache.
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
-                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats) {
+                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats,
+                                             bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j) store_compute(hr + j, load_compute(xr + j) + load_compute(rr + j));
-      forward(h, p, eps, d, r, r + 1, y, stats);
+      R::each(d,
+              [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(hr + j, L.ld(xr + j) + L.ld(rr + j)); });
+      forward(h, p, eps, d, r, r + 1, y, stats, stream);
     }
-  }
-
-  TIERKIT_ROW_INLINE static C g_of(const T* gr, const C* w, std::int64_t j) {
-    return w ? load_compute(gr + j) * load_compute(w + j) : load_compute(gr + j);
   }
 
   // Rows [lo, hi): dx (if non-null); dw's and db's partial sums added into
   // dwp and dbp (each if non-null) row by row.
   TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* stats,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
-                                          C* dbp) {
+                                          C* dbp, bool stream) {
     const C* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
       const C mean = stats[2 * r], rs = stats[2 * r + 1];
-      if (dwp) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < d; ++j)
-          dwp[j] += load_compute(gr + j) * ((load_compute(xr + j) - mean) * rs);
-      }
-      if (dbp) {
-        TIERKIT_VECTORIZE_LOOP
-        for (std::int64_t j = 0; j < d; ++j) dbp[j] += load_compute(gr + j);
-      }
-      if (!dx) continue;
-      const C n = static_cast<C>(d);
-      // mean(g) and mean(g * x-hat) from one pass.
-      const Sums2<C> ac = lane_sum2_of<C>(
-          d, [=](std::int64_t j) TIERKIT_ROW_LAMBDA { return g_of(gr, w, j); },
-          [=](std::int64_t j)
-              TIERKIT_ROW_LAMBDA { return g_of(gr, w, j) * ((load_compute(xr + j) - mean) * rs); });
-      const C a = ac.a / n, c = ac.b / n;
-      T* dxr = dx + r * d;
-      // dx may be dy or x exactly (element j reads only element j).
-      TIERKIT_VECTORIZE_LOOP
-      for (std::int64_t j = 0; j < d; ++j) {
-        const C xh = (load_compute(xr + j) - mean) * rs;
-        store_compute(dxr + j, ((g_of(gr, w, j) - a) - xh * c) * rs);
-      }
-    }
-  }
-};
-
-#ifdef TIERKIT_ROW_VEC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
-// LayerNormRows' arithmetic a register block at a time (see RmsNormRowsVec):
-// the same terms in the same order, so the same bits.
-template <typename W, typename T>
-struct LayerNormRowsVec {
-  TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, float eps, float* stats) {
-    const float n = static_cast<float>(d);
-    // The mean corrected by the mean of x - mean0 and the corrected two-pass
-    // variance, as LayerNormRows' (why there).
-    const float mean0 =
-        vec_sum_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j); }) / n;
-    const Sums2<float> s =
-        vec_sum2_of<W, T>(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
-          a = L.ld(xr + j) - L.splat(mean0);
-          b = a * a;
-        });
-    const float shift = s.a / n;
-    const float mean = mean0 + shift;
-    const float var = std::max(0.f, s.b / n - shift * shift);
-    stats[0] = mean;
-    stats[1] = 1.f / std::sqrt(var + eps);
-  }
-
-  // y = ((x - mean) * rstd) * w + b (y may be x); w and b in float
-  // (RowParams arrive in the compute type).
-  TIERKIT_ROW_INLINE static void scale(const T* x, const float* w, const float* b, float mean, float rs,
-                                       std::int64_t d, T* y, bool stream, const T* ahead = nullptr) {
-    if constexpr (sizeof(T) == 2) {
-      if (stream) {  // whole lines around the cache (row_streams)
-        StreamRow<T> row;
-        scale_to(x, w, b, mean, rs, d, row.p, false, ahead);
-        stream_row<W>(row.p, y, d);
-        return;
-      }
-    }
-    scale_to(x, w, b, mean, rs, d, y, stream, ahead);
-  }
-  TIERKIT_ROW_INLINE static void scale_to(const T* x, const float* w, const float* b, float mean, float rs,
-                                          std::int64_t d, T* y, bool stream, const T* ahead) {
-    // LayerNormRows::affine's order: ((x - mean) * rstd) * w + b.
-    const auto xh = [&](auto L, std::int64_t j)
-                        TIERKIT_ROW_LAMBDA { return (L.ld(x + j) - L.splat(mean)) * L.splat(rs); };
-    if (w && b) {
-      vec_each_of<W, T>(
-          d,
-          [&](auto L, std::int64_t j)
-              TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j) * L.ld(w + j) + L.ld(b + j), stream); },
-          ahead);
-    } else if (w) {
-      vec_each_of<W, T>(
-          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j) * L.ld(w + j), stream); },
-          ahead);
-    } else if (b) {
-      vec_each_of<W, T>(
-          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j) + L.ld(b + j), stream); },
-          ahead);
-    } else {
-      vec_each_of<W, T>(
-          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(y + j, xh(L, j), stream); }, ahead);
-    }
-  }
-
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
-                                         std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
-    for (std::int64_t r = lo; r < hi; ++r) {
-      float* s = stats + 2 * r;
-      moments(x + r * d, d, eps, s);
-      scale(x + r * d, p.w, p.b, s[0], s[1], d, y + r * d, stream, r + 1 < hi ? x + (r + 1) * d : nullptr);
-    }
-    if (stream) _mm_sfence();
-  }
-
-  // h = T(x + residual) row by row (h may be residual: a block's inputs are
-  // read before its h is written), then forward on the row of h in cache.
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
-                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
-                                             float* stats, bool stream) {
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const T *xr = x + r * d, *rr = res + r * d;
-      T* hr = h + r * d;
-      vec_each_of<W, T>(
-          d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(hr + j, L.ld(xr + j) + L.ld(rr + j)); });
-      forward(h, p, eps, d, r, r + 1, y, stats, stream);
-    }
-  }
-
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* stats,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
-                                          float* dbp, bool stream) {
-    const float* w = p.w;
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const T *xr = x + r * d, *gr = dy + r * d;
-      const float mean = stats[2 * r], rs = stats[2 * r + 1];
       const auto xh_of = [&](auto L, std::int64_t j)
                              TIERKIT_ROW_LAMBDA { return (L.ld(xr + j) - L.splat(mean)) * L.splat(rs); };
       const auto g_of = [&](auto L, std::int64_t j)
                             TIERKIT_ROW_LAMBDA { return w ? L.ld(gr + j) * L.ld(w + j) : L.ld(gr + j); };
       if (dwp || dbp) {
-        vec_each_of<W, T>(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+        R::each(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
           const auto g0 = L.ld(gr + j);
           if (dwp) L.add(dwp + j, g0 * xh_of(L, j));
           if (dbp) L.add(dbp + j, g0);
         });
       }
       if (!dx) continue;
-      const float n = static_cast<float>(d);
+      const C n = static_cast<C>(d);
       // mean(g) and mean(g * x-hat) from one pass.
-      const Sums2<float> ac =
-          vec_sum2_of<W, T>(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
-            a = g_of(L, j);
-            b = a * xh_of(L, j);
-          });
-      const float a = ac.a / n, c = ac.b / n;
+      const Sums2<C> ac = R::sum2(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
+        a = g_of(L, j);
+        b = a * xh_of(L, j);
+      });
+      const C a = ac.a / n, c = ac.b / n;
       T* dxr = dx + r * d;
-      // The next row's dy (vec_each's ahead) and x, asked for during this last pass.
+      // dx may be dy or x exactly (element j reads only element j). The
+      // next row's dy (each's ahead) and x, asked for during this last pass.
       const T* next_x = r + 1 < hi ? xr + d : nullptr;
-      vec_each_of<W, T>(
+      R::each(
           d,
           [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-            if (next_x) __builtin_prefetch(next_x + j, 0, 3);
+            if (next_x) R::prefetch(next_x + j);
             L.st(dxr + j, ((g_of(L, j) - L.splat(a)) - xh_of(L, j) * L.splat(c)) * L.splat(rs), stream);
           },
           r + 1 < hi ? gr + d : nullptr);
     }
+  }
+};
+
+// Rows<T>: the reference bits at every level.
+template <typename T>
+struct LayerNormRows {
+  using C = compute_t<T>;
+  using Body = LayerNormBody<ScalarRowTerms<T>, T>;
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, C* stats) {
+    Body::forward(x, p, eps, d, lo, hi, y, stats, false);
+  }
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
+                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats) {
+    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, false);
+  }
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
+                                          C* dbp) {
+    Body::backward(dy, x, p, stats, d, lo, hi, dx, dwp, dbp, false);
+  }
+};
+
+#ifdef TIERKIT_ROW_VEC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
+// RowsVec<W, T>: the same body a register block at a time; streamed
+// stores fenced before the rows' chunk returns.
+template <typename W, typename T>
+struct LayerNormRowsVec {
+  using Body = LayerNormBody<VecRowTerms<W, T>, T>;
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
+                                         std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
+    Body::forward(x, p, eps, d, lo, hi, y, stats, stream);
+    if (stream) _mm_sfence();
+  }
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
+                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
+                                             float* stats, bool stream) {
+    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, stream);
+    if (stream) _mm_sfence();
+  }
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
+                                          float* dbp, bool stream) {
+    Body::backward(dy, x, p, stats, d, lo, hi, dx, dwp, dbp, stream);
     if (stream) _mm_sfence();
   }
 };

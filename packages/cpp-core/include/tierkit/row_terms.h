@@ -53,6 +53,22 @@ struct ScalarRowTerms {
     TIERKIT_VECTORIZE_LOOP
     for (std::int64_t j = 0; j < d; ++j) term(At{}, j);
   }
+  // Two sums from one pass, each in lane_sum's order: term(L, j, a, b).
+  template <typename Term>
+  TIERKIT_ROW_INLINE static Sums2<C> sum2(std::int64_t d, const Term& term) {
+    return lane_sum2_of<C>(
+        d,
+        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          C a, b;
+          term(At{}, j, a, b);
+          return a;
+        },
+        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          C a, b;
+          term(At{}, j, a, b);
+          return b;
+        });
+  }
   // sum_j term(h_j) over a row it writes: h_j = value(j) stored to out[j]
   // (rounded to T), term reading h_j as rounded. A block's values are all
   // computed before any is stored (out may be an input exactly), which also
@@ -96,6 +112,10 @@ struct VecRowTerms {
   template <typename Term>
   TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* ahead = nullptr) {
     vec_each_of<W, T>(d, term, ahead);
+  }
+  template <typename Term>
+  TIERKIT_ROW_INLINE static Sums2<float> sum2(std::int64_t d, const Term& term) {
+    return vec_sum2_of<W, T>(d, term);
   }
   template <typename Value, typename Term>
   TIERKIT_ROW_INLINE static float sum_stored(std::int64_t d, T* out, const Value& value, const Term& term) {
