@@ -35,18 +35,28 @@ struct Rotary {
   // loops), narrowed once. The vector levels widen in registers (RowVec).
   static constexpr std::int64_t kBlock = 1024;
 
+  // Every output of the map, in any layout, at any width: y = x * c + p *
+  // sign, where p is the partner's product (the partner times this column's
+  // sin forward, times its own transposed) and sign is -1 or +1 by the
+  // column's place in its pair. A sign flip is exact and x - y is x + (-y)
+  // in IEEE, so this is a pair's "x c - p" or "x c + p" bit for bit; GCC
+  // folds the constant signs of the scalar and NeoX forms away.
+  template <typename V, typename S>
+  TIERKIT_ROW_INLINE static V turn(V x, V c, V p, S sign) {
+    return x * c + p * sign;
+  }
   // A pair (a, b) rotated: forward [ca a - sa b, sb a + cb b]; transpose
-  // [ca a + sb b, cb b - sa a]. Written once for a compute-type value and a
-  // register vector (RowVec's NeoX halves; the cached form's pairs,
-  // rotary_cached.h), so every path computes these products and this sum.
+  // [ca a + sb b, cb b - sa a]: turn() for each, for a compute-type value
+  // and a register vector (RowVec's NeoX halves; the cached form's pairs,
+  // rotary_cached.h). GPT-J's vector lanes call turn() directly.
   template <bool kTranspose, typename V>
   TIERKIT_ROW_INLINE static void rotate(V a, V b, V ca, V cb, V sa, V sb, V& ya, V& yb) {
     if constexpr (!kTranspose) {
-      ya = a * ca - b * sa;
-      yb = b * cb + a * sb;
+      ya = turn(a, ca, b * sa, -1.0f);
+      yb = turn(b, cb, a * sb, 1.0f);
     } else {
-      ya = a * ca + b * sb;
-      yb = b * cb - a * sa;
+      ya = turn(a, ca, b * sb, 1.0f);
+      yb = turn(b, cb, a * sa, -1.0f);
     }
   }
 
@@ -149,11 +159,11 @@ struct Rotary {
       return __builtin_shuffle(v, idx);
     }
     // GPT-J pairs (2i, 2i + 1) in lanes: forward [a ca - b sa, b cb + a sb],
-    // transpose [a ca + b sb, b cb - a sa]; `sign` (-1, +1, ...) forward,
-    // (+1, -1, ...) transposed.
+    // transpose [a ca + b sb, b cb - a sa], each lane turn() with its
+    // partner from a lane swap; `sign` (-1, +1, ...) forward, (+1, -1, ...)
+    // transposed.
     TIERKIT_ROW_INLINE static F gptj(F x, F c, F s, F sign, bool transpose) {
-      if (transpose) return x * c + swap_pairs(x * s) * sign;
-      return x * c + (swap_pairs(x) * sign) * s;
+      return turn(x, c, transpose ? swap_pairs(x * s) : swap_pairs(x) * s, sign);
     }
     // NeoX halves: lanes of a (columns i..) and b (i + h..), as pair().
     TIERKIT_ROW_INLINE static void neox(F a, F b, F ca, F cb, F sa, F sb, bool transpose, F& ya, F& yb) {
