@@ -185,7 +185,7 @@ TYPED_TEST(LayerNorm, BitIdenticalForAnyRunner) {
 // rows), its bits are the plain scalar rows', called directly here.
 TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
   using T = TypeParam;
-  using Scalar = k::detail::LayerNormRows<T>;
+  using Scalar = k::LayerNorm::Rows<T>;
   for (const Shape& s : kShapes) {
     const std::int64_t rows = s.rows, d = s.d;
     const auto x = shifted<T>(rows * d, 21 + d, 3.f), dy = random_vec<T>(rows * d, 22 + d);
@@ -270,18 +270,18 @@ TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
     const k::RowParams<T> p{w.data(), b.data()};
     const Widened<T> pc(p, d);
     k::row_forward<k::LayerNorm>(x.data(), p, 1e-5, rows, d, y.p, st.data(), k::PoolRunner{1});
-    k::detail::LayerNormRows<T>::forward(x.data(), pc.p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
+    k::LayerNorm::Rows<T>::forward(x.data(), pc.p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "layer_norm d " << d;
     k::row_add_forward<k::LayerNorm>(x.data(), r.data(), p, 1e-5, rows, d, y.p, h.p, st.data(),
                                      k::PoolRunner{1});
-    k::detail::LayerNormRows<T>::add_forward(x.data(), r.data(), pc.p, 1e-5, d, 0, rows, y_s.data(),
-                                             h_s.data(), st_s.data());
+    k::LayerNorm::Rows<T>::add_forward(x.data(), r.data(), pc.p, 1e-5, d, 0, rows, y_s.data(), h_s.data(),
+                                       st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_layer_norm d " << d;
     EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_layer_norm h, d " << d;
     k::row_backward<k::LayerNorm>(g.data(), x.data(), p, st.data(), rows, d, dx.p, dw.data(), db.data(),
                                   k::PoolRunner{1});
-    k::detail::LayerNormRows<T>::backward(g.data(), x.data(), pc.p, st_s.data(), d, 0, rows, dx_s.data(),
-                                          dw_s.data(), db_s.data());
+    k::LayerNorm::Rows<T>::backward(g.data(), x.data(), pc.p, st_s.data(), d, 0, rows, dx_s.data(),
+                                    dw_s.data(), db_s.data());
     EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << "layer_norm dx, d " << d;
     EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "layer_norm dw, d " << d;
     // RMSNorm: the same three forms.
@@ -289,18 +289,18 @@ TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
     const Widened<T> pwc(pw, d);
     std::fill(dw_s.begin(), dw_s.end(), C<T>(0));
     k::row_forward<k::RmsNorm>(x.data(), pw, 1e-5, rows, d, y.p, st.data(), k::PoolRunner{1});
-    k::detail::RmsNormRows<T>::forward(x.data(), pwc.p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
+    k::RmsNorm::Rows<T>::forward(x.data(), pwc.p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "rms_norm d " << d;
     k::row_add_forward<k::RmsNorm>(x.data(), r.data(), pw, 1e-5, rows, d, y.p, h.p, st.data(),
                                    k::PoolRunner{1});
-    k::detail::RmsNormRows<T>::add_forward(x.data(), r.data(), pwc.p, 1e-5, d, 0, rows, y_s.data(),
-                                           h_s.data(), st_s.data());
+    k::RmsNorm::Rows<T>::add_forward(x.data(), r.data(), pwc.p, 1e-5, d, 0, rows, y_s.data(), h_s.data(),
+                                     st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_rms_norm d " << d;
     EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_rms_norm h, d " << d;
     k::row_backward<k::RmsNorm>(g.data(), x.data(), pw, st.data(), rows, d, dx.p, dw.data(), nullptr,
                                 k::PoolRunner{1});
-    k::detail::RmsNormRows<T>::backward(g.data(), x.data(), pwc.p, st_s.data(), d, 0, rows, dx_s.data(),
-                                        dw_s.data(), nullptr);
+    k::RmsNorm::Rows<T>::backward(g.data(), x.data(), pwc.p, st_s.data(), d, 0, rows, dx_s.data(),
+                                  dw_s.data(), nullptr);
     EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << "rms_norm dx, d " << d;
     EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "rms_norm dw, d " << d;
   }

@@ -2,8 +2,9 @@
 // table (tierkit_core/op_table.py), kept apart from the loops that run them
 // (tierkit/row_kernels.h: the summation order, 16-bit chunks, SIMD copies,
 // threads, the parameters' gradients across rows). A contributor adding a
-// row reduction writes its Rows<T> (and, for speed, RowsVec<W, T>) here and a
-// kind struct naming them; see docs/adding-an-op.md.
+// row reduction writes its body here, each expression once over a runner
+// (row_terms.h), and TIERKIT_ROW_KIND makes the kind of it; see
+// docs/adding-an-op.md.
 //
 // Numerics shared by the kinds (C = compute_t<T>: float for float and the
 // 16-bit types, double for double): every sum is lane_sum's, in C; each
@@ -108,10 +109,10 @@ struct RmsNormBody {
 
   // The dot's terms, then dx (which may be dy or x: an element's inputs are
   // read before its dx is written) and dw's partial sums added into dwp
-  // (if non-null) row by row; no bias, so no dbp.
+  // (if non-null) row by row.
   TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* rstd,
                                           std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
-                                          bool stream) {
+                                          C* /* dbp: no bias */, bool stream) {
     const C* w = p.w;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *gr = dy + r * d;
@@ -149,55 +150,6 @@ struct RmsNormBody {
   }
 };
 
-// Rows<T>: the reference bits at every level.
-template <typename T>
-struct RmsNormRows {
-  using C = compute_t<T>;
-  using Body = RmsNormBody<ScalarRowTerms<T>, T>;
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* rstd) {
-    Body::forward(x, p, eps, d, lo, hi, y, rstd, false);
-  }
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
-                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd) {
-    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, rstd, false);
-  }
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* rstd,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
-                                          C*) {
-    Body::backward(dy, x, p, rstd, d, lo, hi, dx, dwp, false);
-  }
-};
-
-#ifdef TIERKIT_ROW_VEC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
-// RowsVec<W, T>: the same body a register block at a time; streamed
-// stores fenced before the rows' chunk returns.
-template <typename W, typename T>
-struct RmsNormRowsVec {
-  using Body = RmsNormBody<VecRowTerms<W, T>, T>;
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
-                                         std::int64_t lo, std::int64_t hi, T* y, float* rstd, bool stream) {
-    Body::forward(x, p, eps, d, lo, hi, y, rstd, stream);
-    if (stream) _mm_sfence();
-  }
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
-                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
-                                             float* rstd, bool stream) {
-    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, rstd, stream);
-    if (stream) _mm_sfence();
-  }
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* rstd,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
-                                          float*, bool stream) {
-    Body::backward(dy, x, p, rstd, d, lo, hi, dx, dwp, stream);
-    if (stream) _mm_sfence();
-  }
-};
-#pragma GCC diagnostic pop
-#endif  // TIERKIT_ROW_VEC
-
 // ---- LayerNorm: y = (x - mean) * rstd * w + b, rstd = 1 / sqrt(var + eps) -
 //
 //  * mean = sum_j x / d, then var = sum_j (x - mean)^2 / d (biased, as
@@ -214,6 +166,12 @@ struct LayerNormBody {
   using C = typename R::C;
 
   TIERKIT_ROW_INLINE static void moments(const T* xr, std::int64_t d, C eps, C* stats) {
+    moments(xr, R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j); }), d, eps,
+            stats);
+  }
+  // The same from the row's plain sum, where a pass that writes the row
+  // summed it (the fused residual's).
+  TIERKIT_ROW_INLINE static void moments(const T* xr, C sum, std::int64_t d, C eps, C* stats) {
     const C n = static_cast<C>(d);
     // The mean corrected by the mean of what is left (x - mean0): sum / n
     // rounds, and in a row whose spread is small against its mean that
@@ -222,7 +180,7 @@ struct LayerNormBody {
     // constant row and within an ulp of the row's mean otherwise; the
     // variance is the corrected two-pass one (Chan, Golub and LeVeque), both
     // sums from one pass.
-    const C mean0 = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j); }) / n;
+    const C mean0 = sum / n;
     const Sums2<C> s = R::sum2(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
       a = L.ld(xr + j) - L.splat(mean0);
       b = a * a;
@@ -272,16 +230,21 @@ struct LayerNormBody {
   }
 
   // h = T(x + residual) row by row (h may be residual: an element's inputs
-  // are read before its h is written), then forward on the row of h in cache.
+  // are read before its h is written), summed as it is written (the mean's
+  // first pass), then the rest of the forward on the row of h in cache.
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats,
                                              bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
-      const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
-      R::each(d,
-              [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(hr + j, L.ld(xr + j) + L.ld(rr + j)); });
-      forward(h, p, eps, d, r, r + 1, y, stats, stream);
+      const C sum = R::sum_stored(
+          d, hr,
+          [&, xr = x + r * d, rr = res + r * d](auto L, std::int64_t j)
+              TIERKIT_ROW_LAMBDA { return L.ld(xr + j) + L.ld(rr + j); },
+          [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv; });
+      C* s = stats + 2 * r;
+      moments(hr, sum, d, eps, s);
+      scale(hr, p, s[0], s[1], d, y + r * d, stream, r + 1 < hi ? x + (r + 1) * d : nullptr);
     }
   }
 
@@ -328,74 +291,26 @@ struct LayerNormBody {
   }
 };
 
-// Rows<T>: the reference bits at every level.
-template <typename T>
-struct LayerNormRows {
-  using C = compute_t<T>;
-  using Body = LayerNormBody<ScalarRowTerms<T>, T>;
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* stats) {
-    Body::forward(x, p, eps, d, lo, hi, y, stats, false);
-  }
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
-                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats) {
-    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, false);
-  }
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* stats,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
-                                          C* dbp) {
-    Body::backward(dy, x, p, stats, d, lo, hi, dx, dwp, dbp, false);
-  }
-};
-
-#ifdef TIERKIT_ROW_VEC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"  // vectors between always-inline functions (row_kernels.h)
-// RowsVec<W, T>: the same body a register block at a time; streamed
-// stores fenced before the rows' chunk returns.
-template <typename W, typename T>
-struct LayerNormRowsVec {
-  using Body = LayerNormBody<VecRowTerms<W, T>, T>;
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
-                                         std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
-    Body::forward(x, p, eps, d, lo, hi, y, stats, stream);
-    if (stream) _mm_sfence();
-  }
-  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
-                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
-                                             float* stats, bool stream) {
-    Body::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, stream);
-    if (stream) _mm_sfence();
-  }
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* stats,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
-                                          float* dbp, bool stream) {
-    Body::backward(dy, x, p, stats, d, lo, hi, dx, dwp, dbp, stream);
-    if (stream) _mm_sfence();
-  }
-};
-#pragma GCC diagnostic pop
-#endif  // TIERKIT_ROW_VEC
-
 }  // namespace detail
 
 // The kinds: what row_kernels.h's row_forward, row_add_forward and
-// row_backward take as K. The op table's entries name them (functor=).
+// row_backward take as K, each its body over the scalar runner (Rows<T>) and
+// the vector one (RowsVec<W, T>). The op table's entries name them (functor=).
 #ifdef TIERKIT_ROW_VEC
-#define TIERKIT_ROW_KIND(NAME, STATS)            \
-  struct NAME {                                  \
-    static constexpr int kStats = STATS;         \
-    template <typename T>                        \
-    using Rows = detail::NAME##Rows<T>;          \
-    template <typename W, typename T>            \
-    using RowsVec = detail::NAME##RowsVec<W, T>; \
+#define TIERKIT_ROW_KIND(NAME, STATS)                            \
+  struct NAME {                                                  \
+    static constexpr int kStats = STATS;                         \
+    template <typename T>                                        \
+    using Rows = detail::ScalarRowsOf<detail::NAME##Body, T>;    \
+    template <typename W, typename T>                            \
+    using RowsVec = detail::VecRowsOf<detail::NAME##Body, W, T>; \
   };
 #else
-#define TIERKIT_ROW_KIND(NAME, STATS)    \
-  struct NAME {                          \
-    static constexpr int kStats = STATS; \
-    template <typename T>                \
-    using Rows = detail::NAME##Rows<T>;  \
+#define TIERKIT_ROW_KIND(NAME, STATS)                         \
+  struct NAME {                                               \
+    static constexpr int kStats = STATS;                      \
+    template <typename T>                                     \
+    using Rows = detail::ScalarRowsOf<detail::NAME##Body, T>; \
   };
 #endif
 TIERKIT_ROW_KIND(RmsNorm, 1)    // stats: rstd

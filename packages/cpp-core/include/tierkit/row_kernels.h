@@ -219,6 +219,28 @@ __attribute__((always_inline)) inline Sums2<C> lane_sum2_of(std::int64_t d, cons
   return {ra.total(), rb.total()};
 }
 
+// One element in the compute type C (float, or double for double) of a row
+// of T: the scalar rows' L (row_terms.h) and, in float, a vector tail's
+// (OneAt), as VecAt<W, T> is a vector's.
+template <typename C, typename T = C>
+struct ScalarAt {
+  template <typename P>
+  TIERKIT_ROW_INLINE static C ld(const P* p) {
+    return static_cast<C>(load_compute(p));
+  }
+  TIERKIT_ROW_INLINE static C splat(C c) { return c; }
+  template <typename P>
+  TIERKIT_ROW_INLINE static void st(P* p, C v, bool = false) {
+    store_compute(p, v);
+  }
+  // v rounded to T and read back (casting_mode "llama"'s x-hat).
+  TIERKIT_ROW_INLINE static C round(C v) {
+    T t;
+    return store_rounded(&t, v);
+  }
+  TIERKIT_ROW_INLINE static void add(C* p, C v) { *p += v; }
+};
+
 // The vector rows: GCC only. Clang (core's fuzzers) rejects these generic
 // vectors across functions of another target and the written-out streaming
 // stores; there every type runs Rows<T>, which gives the same bits.
@@ -514,23 +536,9 @@ struct VecAt {
   TIERKIT_ROW_INLINE static F round(F v) { return round_lanes<W, T>(v); }
   TIERKIT_ROW_INLINE static void add(float* p, F v) { add_lanes<W>(p, v); }
 };
+// A vector tail's element: row_terms.h's ScalarAt in float.
 template <typename T>
-struct OneAt {
-  template <typename P>
-  TIERKIT_ROW_INLINE static float ld(const P* p) {
-    return load_compute(p);
-  }
-  TIERKIT_ROW_INLINE static float splat(float c) { return c; }
-  template <typename P>
-  TIERKIT_ROW_INLINE static void st(P* p, float v, bool = false) {
-    store_compute(p, v);
-  }
-  TIERKIT_ROW_INLINE static float round(float v) {
-    T t;
-    return store_rounded(&t, v);
-  }
-  TIERKIT_ROW_INLINE static void add(float* p, float v) { *p += v; }
-};
+using OneAt = ScalarAt<float, T>;
 // vec_each, vec_sum and vec_sum2 over one term(L, j) (vec_sum2's: term(L, j, a, b)).
 template <typename W, typename T, typename Term, typename A = float>
 TIERKIT_ROW_INLINE void vec_each_of(std::int64_t d, const Term& term, const A* ahead = nullptr) {

@@ -1,6 +1,6 @@
 // How a row kind's expressions run. A kind writes each expression once, as
 // term(L, j) over an L that loads, stores, rounds and splats (row_kernels.h's
-// VecAt and OneAt, ScalarAt below), inside a body templated on R, which runs
+// VecAt, OneAt and ScalarAt), inside a body templated on R, which runs
 // the terms:
 //   ScalarRowTerms<T>    in C one element at a time (the scalar rows: every
 //                        dtype, the baseline level, double everywhere), sums
@@ -17,28 +17,6 @@
 #include "tierkit/row_kernels.h"
 
 namespace tierkit::kernels::detail {
-
-// One element in the compute type C (float, or double for double) of a row
-// of T: the scalar rows' L, as VecAt<W, T> is a vector's and OneAt<T> a
-// vector tail's.
-template <typename C, typename T = C>
-struct ScalarAt {
-  template <typename P>
-  TIERKIT_ROW_INLINE static C ld(const P* p) {
-    return static_cast<C>(load_compute(p));
-  }
-  TIERKIT_ROW_INLINE static C splat(C c) { return c; }
-  template <typename P>
-  TIERKIT_ROW_INLINE static void st(P* p, C v, bool = false) {
-    store_compute(p, v);
-  }
-  // v rounded to T and read back (casting_mode "llama"'s x-hat).
-  TIERKIT_ROW_INLINE static C round(C v) {
-    T t;
-    return store_rounded(&t, v);
-  }
-  TIERKIT_ROW_INLINE static void add(C* p, C v) { *p += v; }
-};
 
 template <typename T>
 struct ScalarRowTerms {
@@ -146,6 +124,53 @@ struct VecRowTerms {
   TIERKIT_ROW_INLINE static void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 };
 #pragma GCC diagnostic pop
+#endif  // TIERKIT_ROW_VEC
+
+// A kind written as a body, Body<R, T> with forward, add_forward and
+// backward over a runner R, as row_kernels.h calls it: Rows<T> runs the body
+// on ScalarRowTerms (the reference bits at every level), RowsVec<W, T> on
+// VecRowTerms, its streamed stores fenced before the chunk of rows returns.
+template <template <typename, typename> class Body, typename T>
+struct ScalarRowsOf {
+  using C = compute_t<T>;
+  using B = Body<ScalarRowTerms<T>, T>;
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, C* stats) {
+    B::forward(x, p, eps, d, lo, hi, y, stats, false);
+  }
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
+                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats) {
+    B::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, false);
+  }
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C* dwp,
+                                          C* dbp) {
+    B::backward(dy, x, p, stats, d, lo, hi, dx, dwp, dbp, false);
+  }
+};
+
+#ifdef TIERKIT_ROW_VEC
+template <template <typename, typename> class Body, typename W, typename T>
+struct VecRowsOf {
+  using B = Body<VecRowTerms<W, T>, T>;
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
+                                         std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
+    B::forward(x, p, eps, d, lo, hi, y, stats, stream);
+    if (stream) _mm_sfence();
+  }
+  TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
+                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
+                                             float* stats, bool stream) {
+    B::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, stream);
+    if (stream) _mm_sfence();
+  }
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float> p, const float* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float* dwp,
+                                          float* dbp, bool stream) {
+    B::backward(dy, x, p, stats, d, lo, hi, dx, dwp, dbp, stream);
+    if (stream) _mm_sfence();
+  }
+};
 #endif  // TIERKIT_ROW_VEC
 
 }  // namespace tierkit::kernels::detail

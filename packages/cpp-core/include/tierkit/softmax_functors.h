@@ -211,10 +211,6 @@ template <typename W, typename T>
 TIERKIT_ROW_INLINE typename W::F exp_at(VecAt<W, T>, typename W::F x) {
   return exp_nonpositive<ExpVec<W>>(x);
 }
-template <typename T>
-TIERKIT_ROW_INLINE float exp_at(OneAt<T>, float x) {
-  return exp_nonpositive<ExpOne>(x);
-}
 
 template <typename W, typename T>
 struct SoftmaxVecTerms : VecRowTerms<W, T> {
