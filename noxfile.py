@@ -104,12 +104,12 @@ def run_cross_tier_tests(session: nox.Session, *args: str) -> None:
     session.run(py, "-m", "pytest", "-q", "-rs", *parallel, str(ROOT / "tests"), *args, external=True)
 
 
-def run_model_tests(session: nox.Session, *args: str) -> None:
+def run_model_tests(session: nox.Session, *args: str, in_ci: bool = False) -> None:
     """tierkit in real transformers model code (packages/torch-cpu/tests-models),
     in each cell of ci/nox_support/models.py: the tiers in .nox/_env, each
     transformers/kernels pair in a venv of its own over it."""
     env_with(session, with_deps("torch"))
-    models.run(session, args)
+    models.run(session, args, in_ci=in_ci)
 
 
 def _tier_session(name: str) -> None:
@@ -232,7 +232,7 @@ def tests(session: nox.Session) -> None:
     _step(session, "tests-core-x86-baseline -- --subset")
     emulation.test_x86_baseline(session, env_with(session, with_deps("bridge")), ["--subset"])
     _step(session, "tests-models")
-    run_model_tests(session)
+    run_model_tests(session, in_ci=True)
     _step(session, "tests-cross")
     run_cross_tier_tests(session)
 
