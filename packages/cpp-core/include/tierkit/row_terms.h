@@ -13,10 +13,19 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "tierkit/row_kernels.h"
 
 namespace tierkit::kernels::detail {
+
+// A row's largest element, NaNs skipped (a comparison with NaN is false),
+// zero read as +0: -0 + +0 = +0, every other value unchanged, so the result
+// does not depend on the order in which lanes meet -0 and +0.
+template <typename C>
+TIERKIT_ROW_INLINE C max_settled(C m) {
+  return m + C(0);
+}
 
 template <typename T>
 struct ScalarRowTerms {
@@ -77,6 +86,15 @@ struct ScalarRowTerms {
     write(y, false);
   }
   TIERKIT_ROW_INLINE static void prefetch(const void*) {}
+  // The row's max (max_settled); -inf for an empty row.
+  TIERKIT_ROW_INLINE static C max(const T* x, std::int64_t d) {
+    C m = -std::numeric_limits<C>::infinity();
+    for (std::int64_t j = 0; j < d; ++j) {
+      const C v = load_compute(x + j);
+      m = v > m ? v : m;
+    }
+    return max_settled(m);
+  }
 };
 
 #ifdef TIERKIT_ROW_VEC
@@ -122,6 +140,26 @@ struct VecRowTerms {
     write(y, stream);
   }
   TIERKIT_ROW_INLINE static void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+  // ScalarRowTerms::max's value: the lanes' maxima, then the tail's and the
+  // lanes' together (max is exact, so any order gives its bits).
+  TIERKIT_ROW_INLINE static float max(const T* x, std::int64_t d) {
+    F mv = splat<W>(-std::numeric_limits<float>::infinity());
+    float m = -std::numeric_limits<float>::infinity();
+    vec_each<W>(
+        d,
+        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          const F v = load_lanes<W>(x + j);
+          mv = v > mv ? v : mv;
+        },
+        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
+          const float v = load_compute(x + j);
+          m = v > m ? v : m;
+        });
+    float lanes[W::kLanes];
+    __builtin_memcpy(lanes, &mv, sizeof(lanes));
+    for (float v : lanes) m = v > m ? v : m;
+    return max_settled(m);
+  }
 };
 #pragma GCC diagnostic pop
 #endif  // TIERKIT_ROW_VEC

@@ -87,12 +87,6 @@ TIERKIT_ROW_INLINE typename M::F exp_nonpositive(typename M::F x) {
   return (y * s1) * s2;
 }
 
-// The row's largest element, NaNs skipped, zero as +0 (see the top).
-template <typename C>
-TIERKIT_ROW_INLINE C max_settled(C m) {
-  return m + C(0);  // -0 + +0 = +0; every other value unchanged
-}
-
 template <typename C, typename T>
 TIERKIT_ROW_INLINE C exp_at(ScalarAt<C, T>, C x) {
   if constexpr (std::is_same_v<C, double>)
@@ -101,23 +95,10 @@ TIERKIT_ROW_INLINE C exp_at(ScalarAt<C, T>, C x) {
     return exp_nonpositive<ExpOne>(x);
 }
 
-// row_terms.h's runners, with the row's max (NaNs skipped, zero as +0).
-template <typename T>
-struct SoftmaxScalarTerms : ScalarRowTerms<T> {
-  using C = compute_t<T>;
-  TIERKIT_ROW_INLINE static C row_max(const T* x, std::int64_t d) {
-    C m = -std::numeric_limits<C>::infinity();
-    for (std::int64_t j = 0; j < d; ++j) {
-      const C v = load_compute(x + j);
-      m = v > m ? v : m;
-    }
-    return max_settled(m);
-  }
-};
-
 // The two kinds' rows, each expression written once over a term's L and
-// run by R (SoftmaxScalarTerms, or SoftmaxVecTerms below: row_terms.h's
-// runners with the row's max).
+// run by R (row_terms.h's runners). No parameters, eps or fused form: the
+// row kinds' signature with those ignored, so ScalarRowsOf / VecRowsOf make
+// Rows<T> and RowsVec<W, T> of it as of the norms' bodies.
 template <typename R, typename T, bool kLog>
 struct SoftmaxBody {
   using C = typename R::C;
@@ -130,11 +111,11 @@ struct SoftmaxBody {
       return exp_at(L{}, x - L::splat(m)) / L::splat(s);
   }
 
-  TIERKIT_ROW_INLINE static void forward(const T* x, std::int64_t d, std::int64_t lo, std::int64_t hi, T* y,
-                                         C* stats, bool stream) {
+  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C>, C, std::int64_t d, std::int64_t lo,
+                                         std::int64_t hi, T* y, C* stats, bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
-      const C m = R::row_max(xr, d);
+      const C m = R::max(xr, d);
       const C sum = R::sum(
           d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return exp_at(L, L.ld(xr + j) - L.splat(m)); });
       const C s = kLog ? std::log(sum) : sum;
@@ -151,8 +132,9 @@ struct SoftmaxBody {
   }
 
   // dx may be dy or x exactly (element j reads only element j); no parameters.
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, const C* stats, std::int64_t d,
-                                          std::int64_t lo, std::int64_t hi, T* dx, bool stream) {
+  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C>, const C* stats,
+                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C*, C*,
+                                          bool stream) {
     if (!dx) return;
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
@@ -173,21 +155,6 @@ struct SoftmaxBody {
         });
       }
     }
-  }
-};
-
-// Rows<T>: the reference bits at every level.
-template <typename T, bool kLog>
-struct SoftmaxRowsOf {
-  using C = compute_t<T>;
-  using Body = SoftmaxBody<SoftmaxScalarTerms<T>, T, kLog>;
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C>, C, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* stats) {
-    Body::forward(x, d, lo, hi, y, stats, false);
-  }
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C>, const C* stats,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, C*, C*) {
-    Body::backward(dy, x, stats, d, lo, hi, dx, false);
   }
 };
 
@@ -212,44 +179,6 @@ TIERKIT_ROW_INLINE typename W::F exp_at(VecAt<W, T>, typename W::F x) {
   return exp_nonpositive<ExpVec<W>>(x);
 }
 
-template <typename W, typename T>
-struct SoftmaxVecTerms : VecRowTerms<W, T> {
-  using F = typename W::F;
-  TIERKIT_ROW_INLINE static float row_max(const T* x, std::int64_t d) {
-    F mv = splat<W>(-std::numeric_limits<float>::infinity());
-    float m = -std::numeric_limits<float>::infinity();
-    vec_each<W>(
-        d,
-        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-          const F v = load_lanes<W>(x + j);
-          mv = v > mv ? v : mv;
-        },
-        [&](std::int64_t j) TIERKIT_ROW_LAMBDA {
-          const float v = load_compute(x + j);
-          m = v > m ? v : m;
-        });
-    float lanes[W::kLanes];
-    __builtin_memcpy(lanes, &mv, sizeof(lanes));
-    for (float v : lanes) m = v > m ? v : m;
-    return max_settled(m);
-  }
-};
-
-template <typename W, typename T, bool kLog>
-struct SoftmaxRowsVecOf {
-  using Body = SoftmaxBody<SoftmaxVecTerms<W, T>, T, kLog>;
-  TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float>, float, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, float* stats, bool stream) {
-    Body::forward(x, d, lo, hi, y, stats, stream);
-    if (stream) _mm_sfence();
-  }
-  TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<float>, const float* stats,
-                                          std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, float*,
-                                          float*, bool stream) {
-    Body::backward(dy, x, stats, d, lo, hi, dx, stream);
-    if (stream) _mm_sfence();
-  }
-};
 #pragma GCC diagnostic pop
 #endif  // TIERKIT_ROW_VEC
 
@@ -259,11 +188,13 @@ struct SoftmaxRowsVecOf {
 template <bool kLog>
 struct SoftmaxKind {
   static constexpr int kStats = 2;
+  template <typename R, typename T>
+  using Body = detail::SoftmaxBody<R, T, kLog>;
   template <typename T>
-  using Rows = detail::SoftmaxRowsOf<T, kLog>;
+  using Rows = detail::ScalarRowsOf<Body, T>;
 #ifdef TIERKIT_ROW_VEC
   template <typename W, typename T>
-  using RowsVec = detail::SoftmaxRowsVecOf<W, T, kLog>;
+  using RowsVec = detail::VecRowsOf<Body, W, T>;
 #endif
 };
 using Softmax = SoftmaxKind<false>;
