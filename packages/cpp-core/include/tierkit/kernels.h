@@ -10,8 +10,9 @@
 //    contiguous loop when every operand is contiguous, walk strides
 //    otherwise, and split the work over the shared ThreadPool.
 // 16-bit floats compute in float and round once on store. The CPU's level
-// and its targets (simd_level.h), the 16-bit conversions (simd_convert.h)
-// and the streaming rule (streaming.h) have files of their own.
+// and its targets (simd_level.h), each level's copy of a loop body
+// (simd_copies.h), the 16-bit conversions (simd_convert.h) and the
+// streaming rule (streaming.h) have files of their own.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +34,7 @@
 #include "tierkit/op_table.h"
 #include "tierkit/parallel.h"
 #include "tierkit/simd_convert.h"  // the 16-bit vector conversions
+#include "tierkit/simd_copies.h"   // each vector level's copy of a loop
 #include "tierkit/simd_level.h"    // which level runs, and the targets that build one
 #include "tierkit/streaming.h"     // when an output goes around the cache
 #include "tierkit/view.h"
@@ -142,14 +144,14 @@ struct InnerOp {
 
 #ifdef TIERKIT_SIMD_DISPATCH
 namespace detail {
+// The op's loop, vectorized by the compiler at the copy's level (float, double).
 template <typename T, typename Op, typename... In>
-TIERKIT_AVX2 void map_contiguous_avx2(const Op& op, T* out, std::int64_t n, const In*... in) {
-  TIERKIT_MAP_LOOP
-}
-template <typename T, typename Op, typename... In>
-TIERKIT_AVX512 void map_contiguous_avx512(const Op& op, T* out, std::int64_t n, const In*... in) {
-  TIERKIT_MAP_LOOP
-}
+struct MapBody {
+  template <typename W>
+  static void run(const Op& op, T* out, std::int64_t n, const In*... in) {
+    TIERKIT_MAP_LOOP
+  }
+};
 
 // The 16-bit types in blocks: kBlock16 elements of each input converted to
 // float in aligned stack buffers by explicit vector conversions, the op's
@@ -183,76 +185,63 @@ __attribute__((always_inline)) inline void apply_block_of(const Op& op, bool gat
   apply_block(op, src, dst, m, seq);
 }
 
-// One body for both widths (a macro: each copy is compiled under its own
-// function's target attribute). The last elements (fewer than LANES) go
-// through the scalar conversions, which give the same bits. An op with an
-// inner part (has_inner) gets its first block from inner_table instead
-// (where there is a block, and in the IEEE default mode).
-#define TIERKIT_16_BLOCKS(LANES, TO_FLOATS, FROM_FLOATS, GATHER, STREAM_LINE)               \
-  constexpr bool kTable = has_inner<Op>::value;                                             \
-  const float* table = nullptr;                                                             \
-  if constexpr (kTable) {                                                                   \
-    static_assert(std::is_same_v<typename first_of<In...>::type, T>,                        \
-                  "the table is indexed by the first input's bits: it must be of T");       \
-    if (n >= (LANES) && ieee_float_mode()) table = inner_table<T, Op>();                    \
-  }                                                                                         \
-  alignas(64) float src[sizeof...(In)][kBlock16];                                           \
-  alignas(64) float dst[kBlock16];                                                          \
-  alignas(64) T lines[kBlock16];                                                            \
-  std::int64_t i = 0;                                                                       \
-  if (stream)                                                                               \
-    for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 64 != 0; ++i)               \
-      store_compute(out + i, op(load_compute(in + i)...));                                  \
-  while (n - i >= (LANES)) {                                                                \
-    const std::int64_t m = std::min<std::int64_t>(kBlock16, (n - i) / (LANES) * (LANES));   \
-    std::size_t k = 0;                                                                      \
-    (                                                                                       \
-        (void)[&](const auto* p, float* to) {                                               \
-          if (table && to == src[0]) {                                                      \
-            for (std::int64_t j = 0; j < m; j += (LANES)) GATHER(p + i + j, table, to + j); \
-          } else {                                                                          \
-            for (std::int64_t j = 0; j < m; j += (LANES)) TO_FLOATS(p + i + j, to + j);     \
-          }                                                                                 \
-        }(in, src[k++]),                                                                    \
-        ...);                                                                               \
-    apply_block_of(op, table != nullptr, src, dst, m, std::index_sequence_for<In...>{});    \
-    if (stream && m % kLine16 == 0) {                                                       \
-      for (std::int64_t j = 0; j < m; j += (LANES)) FROM_FLOATS(dst + j, lines + j);        \
-      for (std::int64_t j = 0; j < m; j += kLine16) STREAM_LINE(lines + j, out + i + j);    \
-    } else {                                                                                \
-      for (std::int64_t j = 0; j < m; j += (LANES)) FROM_FLOATS(dst + j, out + i + j);      \
-    }                                                                                       \
-    i += m;                                                                                 \
-  }                                                                                         \
-  for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));                   \
-  if (stream) _mm_sfence();
-
-// `stream`: whole blocks' results go out a line at a time around the cache
-// (streaming_stores_16bit), converted into `lines` first: a converter's own
-// store is half a line (AVX-512) or a quarter (AVX2), and non-temporal
-// partial lines combine worse than whole ones.
+// The last elements (fewer than W::kLanes) go through the scalar
+// conversions, which give the same bits. An op with an inner part
+// (has_inner) gets its first block from inner_table instead (where there is
+// a block, and in the IEEE default mode). `stream`: whole blocks' results go
+// out a line at a time around the cache (streaming_stores_16bit), converted
+// into `lines` first: a converter's own store is half a line (AVX-512) or a
+// quarter (AVX2), and non-temporal partial lines combine worse than whole ones.
 template <typename T, typename Op, typename... In>
-TIERKIT_16_AVX2 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_16bit_avx2(
-    const Op& op, T* out, std::int64_t n, bool stream, const In*... in) {
-  TIERKIT_16_BLOCKS(kLanes256, to_floats_256, from_floats_256, gather_256, stream_line_256);
-}
-template <typename T, typename Op, typename... In>
-TIERKIT_16_AVX512 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_16bit_avx512(
-    const Op& op, T* out, std::int64_t n, bool stream, const In*... in) {
-  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512, gather_512, stream_line_512);
-}
-template <typename Op, typename... In>
-TIERKIT_16_AVX512BF16 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLED)) void map_bf16_avx512bf16(
-    const Op& op, BFloat16* out, std::int64_t n, bool stream, const In*... in) {
-  using T = BFloat16;
-  TIERKIT_16_BLOCKS(kLanes512, to_floats_512, from_floats_512_bf16, gather_512, stream_line_512);
-}
-#undef TIERKIT_16_BLOCKS
+struct Map16Body {
+  template <typename W>
+  static void run(const Op& op, T* out, std::int64_t n, bool stream, const In*... in) {
+    constexpr std::int64_t kLanes = W::kLanes;
+    constexpr bool kTable = has_inner<Op>::value;
+    const float* table = nullptr;
+    if constexpr (kTable) {
+      static_assert(std::is_same_v<typename first_of<In...>::type, T>,
+                    "the table is indexed by the first input's bits: it must be of T");
+      if (n >= kLanes && ieee_float_mode()) table = inner_table<T, Op>();
+    }
+    alignas(64) float src[sizeof...(In)][kBlock16];
+    alignas(64) float dst[kBlock16];
+    alignas(64) T lines[kBlock16];
+    std::int64_t i = 0;
+    if (stream)
+      for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 64 != 0; ++i)
+        store_compute(out + i, op(load_compute(in + i)...));
+    while (n - i >= kLanes) {
+      const std::int64_t m = std::min<std::int64_t>(kBlock16, (n - i) / kLanes * kLanes);
+      std::size_t k = 0;
+      (
+          (void)[&](const auto* p, float* to) {
+            if (table && to == src[0]) {
+              for (std::int64_t j = 0; j < m; j += kLanes) W::gather(p + i + j, table, to + j);
+            } else {
+              for (std::int64_t j = 0; j < m; j += kLanes) W::to(p + i + j, to + j);
+            }
+          }(in, src[k++]),
+          ...);
+      apply_block_of(op, table != nullptr, src, dst, m, std::index_sequence_for<In...>{});
+      if (stream && m % kLine16 == 0) {
+        for (std::int64_t j = 0; j < m; j += kLanes) W::from(dst + j, lines + j);
+        for (std::int64_t j = 0; j < m; j += kLine16) W::stream_line(lines + j, out + i + j);
+      } else {
+        for (std::int64_t j = 0; j < m; j += kLanes) W::from(dst + j, out + i + j);
+      }
+      i += m;
+    }
+    for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));
+    if (stream) _mm_sfence();
+  }
+};
 
 // Streaming (non-temporal) stores for float and double: the op's loop
-// writes a 256-byte block on the stack (vectorized as map_contiguous_avx2's),
-// whose lines then go to `out` with 256-bit (AVX2) or 512-bit (AVX-512)
-// streams, around the cache.
+// writes a 256-byte block on the stack (vectorized as MapBody's), whose
+// lines then go to `out` with 256-bit (AVX2) or 512-bit (AVX-512) streams,
+// around the cache (measured on an Intel Xeon, two threads, 3.15e8-element
+// scale: 256-bit 28-31 GB/s, 512-bit 33-35).
 // An ordinary store first reads the destination's line into the cache (a
 // read for ownership), so a kernel that writes memory moves 1.5x (unary) or
 // 1.33x (binary) the bytes it must; measured with the bench's compiled
@@ -263,32 +252,25 @@ TIERKIT_16_AVX512BF16 __attribute__((optimize("fp-contract=off") TIERKIT_UNROLLE
 // scalar tail; a fence, so the stores are visible before the chunk reports
 // done. Reads the block's inputs before writing it: out may alias an input
 // exactly.
-#define TIERKIT_STREAMING_LOOP(BYTES, VEC, LOAD, STREAM)                                          \
-  constexpr std::int64_t kBlock = 256 / sizeof(T);                                                \
-  constexpr std::int64_t kVector = (BYTES) / sizeof(T);                                           \
-  alignas(64) T block[kBlock];                                                                    \
-  std::int64_t i = 0;                                                                             \
-  for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 64 != 0; ++i)                       \
-    store_compute(out + i, op(load_compute(in + i)...));                                          \
-  for (; n - i >= kBlock; i += kBlock) {                                                          \
-    TIERKIT_VECTORIZE_LOOP                                                                        \
-    for (std::int64_t j = 0; j < kBlock; ++j) block[j] = op(load_compute(in + i + j)...);         \
-    for (std::int64_t j = 0; j < kBlock; j += kVector)                                            \
-      STREAM(reinterpret_cast<VEC*>(out + i + j), LOAD(reinterpret_cast<const VEC*>(block + j))); \
-  }                                                                                               \
-  for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));                         \
-  _mm_sfence();
 template <typename T, typename Op, typename... In>
-TIERKIT_AVX2 void map_streaming_avx2(const Op& op, T* out, std::int64_t n, const In*... in) {
-  TIERKIT_STREAMING_LOOP(32, __m256i, _mm256_load_si256, _mm256_stream_si256)
-}
-// Where the CPU has AVX-512: whole-line streams (measured on an Intel Xeon,
-// two threads, 3.15e8-element scale: 256-bit 28-31 GB/s, 512-bit 33-35).
-template <typename T, typename Op, typename... In>
-TIERKIT_AVX512 void map_streaming_avx512(const Op& op, T* out, std::int64_t n, const In*... in) {
-  TIERKIT_STREAMING_LOOP(64, __m512i, _mm512_load_si512, _mm512_stream_si512)
-}
-#undef TIERKIT_STREAMING_LOOP
+struct StreamingBody {
+  template <typename W>
+  static void run(const Op& op, T* out, std::int64_t n, const In*... in) {
+    constexpr std::int64_t kBlock = 256 / sizeof(T);
+    constexpr std::int64_t kLine = 64 / sizeof(T);
+    alignas(64) T block[kBlock];
+    std::int64_t i = 0;
+    for (; i < n && reinterpret_cast<std::uintptr_t>(out + i) % 64 != 0; ++i)
+      store_compute(out + i, op(load_compute(in + i)...));
+    for (; n - i >= kBlock; i += kBlock) {
+      TIERKIT_VECTORIZE_LOOP
+      for (std::int64_t j = 0; j < kBlock; ++j) block[j] = op(load_compute(in + i + j)...);
+      for (std::int64_t j = 0; j < kBlock; j += kLine) W::stream_line(block + j, out + i + j);
+    }
+    for (; i < n; ++i) store_compute(out + i, op(load_compute(in + i)...));
+    _mm_sfence();
+  }
+};
 }  // namespace detail
 #endif
 
@@ -296,45 +278,28 @@ TIERKIT_AVX512 void map_streaming_avx512(const Op& op, T* out, std::int64_t n, c
 template <typename T, typename Op, typename... In>
 void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
 #ifdef TIERKIT_SIMD_DISPATCH
-  constexpr bool k16 = sizeof(T) == 2;
-  constexpr bool wide = compute_bound<Op>::value;
-  if constexpr (!k16) {
-    if (streaming_stores<T>(n, sizeof...(In) + 1)) {
-      if (detail::simd_level() == detail::SimdLevel::Avx512)
-        return detail::map_streaming_avx512(op, out, n, in...);
-      return detail::map_streaming_avx2(op, out, n, in...);
-    }
-  }
-  const bool stream16 = k16 && streaming_stores<T>(n, sizeof...(In) + 1);
-  (void)stream16;
-  switch (detail::simd_level()) {
-    case detail::SimdLevel::Avx512:
-      if constexpr (k16) {
-        if constexpr (std::is_same_v<T, BFloat16>)
-          if (detail::cpu_has_avx512bf16() && detail::cpu_has_16bit_simd())
-            return detail::map_bf16_avx512bf16(op, out, n, stream16, in...);
-        if (detail::cpu_has_16bit_simd()) return detail::map_16bit_avx512(op, out, n, stream16, in...);
-        return detail::map_contiguous_avx512(op, out, n, in...);
-      }
-      // AVX-512 pays for the 16-bit conversions and for compute-bound ops
-      // (silu_mul's exp and division: float over 2^14 in-cache elements on
-      // one Intel Xeon core, 0.85-1.04 ns an element with AVX2, 0.53-0.63
-      // with AVX-512, side by side); other float and double loops are memory-bound, where it
-      // measured 5-10% slower than AVX2 (Intel, 64M-element add: 12.2 vs
-      // 13.5 GB/s on one core).
-      if constexpr (wide) return detail::map_contiguous_avx512(op, out, n, in...);
-      return detail::map_contiguous_avx2(op, out, n, in...);
-    case detail::SimdLevel::Avx2:
-      if constexpr (k16)
-        if (detail::cpu_has_16bit_simd()) return detail::map_16bit_avx2(op, out, n, stream16, in...);
-      return detail::map_contiguous_avx2(op, out, n, in...);
-    case detail::SimdLevel::Baseline: break;
+  using detail::SimdLevel;
+  const bool stream = streaming_stores<T>(n, sizeof...(In) + 1);
+  if constexpr (sizeof(T) == 2) {
+    if (detail::run_at_level<detail::Map16Body<T, Op, In...>, T>(SimdLevel::Avx512, op, out, n, stream,
+                                                                 in...))
+      return;
+  } else {
+    if (stream &&
+        detail::run_at_level<detail::StreamingBody<T, Op, In...>, T>(SimdLevel::Avx512, op, out, n, in...))
+      return;
+    // AVX-512 pays for compute-bound ops (silu_mul's exp and division:
+    // float over 2^14 in-cache elements on one Intel Xeon core, 0.85-1.04 ns
+    // an element with AVX2, 0.53-0.63 with AVX-512, side by side); other float
+    // and double loops are memory-bound, where it measured 5-10% slower than
+    // AVX2 (Intel, 64M-element add: 12.2 vs 13.5 GB/s on one core).
+    constexpr SimdLevel cap = compute_bound<Op>::value ? SimdLevel::Avx512 : SimdLevel::Avx2;
+    if (detail::run_at_level<detail::MapBody<T, Op, In...>, T>(cap, op, out, n, in...)) return;
   }
 #endif
   TIERKIT_MAP_LOOP
 }
 #undef TIERKIT_MAP_LOOP
-#undef TIERKIT_UNROLLED
 
 // Op::inner(x) for every bit pattern x of the 16-bit type T, in float
 // (has_inner above): built on first use by the float loops (the scalar
@@ -392,8 +357,6 @@ inline bool build_statics_at_load() {
 }
 #endif
 inline const bool kStaticsBuiltAtLoad = build_statics_at_load();
-#undef TIERKIT_AVX2
-#undef TIERKIT_AVX512
 
 // The functor F<C> of an op with float arguments `scalars` (schema order).
 template <template <typename> class F, typename C, std::size_t M, std::size_t... J>
@@ -452,46 +415,37 @@ void map_chunk(const Op& op, const TensorView& out, const TensorView* const (&in
 
 // Element-by-element over [begin, end) in row-major order of `out`, walking
 // each operand's strides; runs along the innermost dimension step by stride.
-#define TIERKIT_STRIDED_ROWS                                             \
-  for (std::int64_t i = begin; i < end;) {                               \
-    const std::int64_t count = std::min(inner - i % inner, end - i);     \
-    T* o = element_at<T>(out, i);                                        \
-    const T* in[N] = {element_at<const T>(*ins[K], i)...};               \
-    for (std::int64_t k = 0; k < count; ++k)                             \
-      store_compute(o + k * so, op(load_compute(in[K] + k * si[K])...)); \
-    i += count;                                                          \
+template <typename T, typename Op, std::size_t N, std::size_t... K>
+struct StridedBody {
+  template <typename W>
+  static void run(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
+                  std::int64_t end, std::int64_t inner, std::int64_t so, const std::int64_t (&si)[N]) {
+    for (std::int64_t i = begin; i < end;) {
+      const std::int64_t count = std::min(inner - i % inner, end - i);
+      T* o = element_at<T>(out, i);
+      const T* in[N] = {element_at<const T>(*ins[K], i)...};
+      for (std::int64_t k = 0; k < count; ++k)
+        store_compute(o + k * so, op(load_compute(in[K] + k * si[K])...));
+      i += count;
+    }
   }
-template <typename T, typename Op, std::size_t N, std::size_t... K>
-void strided_rows(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
-                  std::int64_t end, std::int64_t inner, std::int64_t so, const std::int64_t (&si)[N],
-                  std::index_sequence<K...>) {
-  TIERKIT_STRIDED_ROWS
-}
-#ifdef TIERKIT_SIMD_DISPATCH
-// The same rows where the CPU has FMA: a compute-bound op's std::fma is then an
-// instruction, not a call into libm (the same bits either way).
-template <typename T, typename Op, std::size_t N, std::size_t... K>
-__attribute__((target("avx2,fma"), optimize("fp-contract=off"))) void strided_rows_fma(
-    const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
-    std::int64_t end, std::int64_t inner, std::int64_t so, const std::int64_t (&si)[N],
-    std::index_sequence<K...>) {
-  TIERKIT_STRIDED_ROWS
-}
-#endif
-#undef TIERKIT_STRIDED_ROWS
+};
 
 template <typename T, typename Op, std::size_t N, std::size_t... K>
 void map_strided(const Op& op, const TensorView& out, const TensorView* const (&ins)[N], std::int64_t begin,
-                 std::int64_t end, std::index_sequence<K...> seq) {
+                 std::int64_t end, std::index_sequence<K...>) {
   const int rank = out.rank();
   const std::int64_t inner = rank == 0 ? 1 : out.shape()[rank - 1];
   const std::int64_t so = rank == 0 ? 0 : out.strides()[rank - 1];
   const std::int64_t si[N] = {(rank == 0 ? 0 : ins[K]->strides()[rank - 1])...};
+  using Body = StridedBody<T, Op, N, K...>;
 #ifdef TIERKIT_SIMD_DISPATCH
+  // A compute-bound op's rows at AVX2, where its std::fma is an instruction,
+  // not a call into libm (the same bits either way).
   if constexpr (compute_bound<Op>::value)
-    if (cpu_has_16bit_simd()) return strided_rows_fma<T>(op, out, ins, begin, end, inner, so, si, seq);
+    if (run_at_level<Body, T>(SimdLevel::Avx2, op, out, ins, begin, end, inner, so, si)) return;
 #endif
-  strided_rows<T>(op, out, ins, begin, end, inner, so, si, seq);
+  Body::template run<void>(op, out, ins, begin, end, inner, so, si);
 }
 
 // Roughly 64 KiB of float per chunk: big enough to amortise the hand-off,

@@ -265,13 +265,6 @@ struct ScalarAt {
 // their ABI without AVX (-Wpsabi) do not apply.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-template <int N>
-struct RowVecs {
-  typedef float F __attribute__((vector_size(4 * N)));
-  typedef std::uint32_t U __attribute__((vector_size(4 * N)));
-  typedef std::uint16_t H __attribute__((vector_size(2 * N)));
-};
-
 // A block's loads and stores. float: plain; bfloat16: integer lanes (the
 // same bits as BFloat16's scalar conversions: round to nearest even, NaNs
 // quieted); float16: W's F16C converters.
@@ -561,89 +554,50 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2_of(std::int64_t d, const Term& term) {
       [&](std::int64_t j, float& a, float& b) TIERKIT_ROW_LAMBDA { term(OneAt<T>{}, j, a, b); });
 }
 
-// The widths: their vector types and float16 converters (kernels.h's; their
-// target is the row_vec_* functions' below).
-#define TIERKIT_ROW_WIDTH(NAME, LANES, SUFFIX)    \
-  struct NAME : RowVecs<LANES> {                  \
-    static constexpr std::int64_t kLanes = LANES; \
-    static constexpr bool kNativeBf16 = false;    \
-    template <typename T>                         \
-    static void to(const T* in, float* out) {     \
-      to_floats_##SUFFIX(in, out);                \
-    }                                             \
-    template <typename T>                         \
-    static void from(const float* in, T* out) {   \
-      from_floats_##SUFFIX(in, out);              \
-    }                                             \
-  };
-TIERKIT_ROW_WIDTH(RowWidth256, kLanes256, 256)
-TIERKIT_ROW_WIDTH(RowWidth512, kLanes512, 512)
-#undef TIERKIT_ROW_WIDTH
-// AVX-512 with its BF16 conversion (store_lanes): bfloat16's rows only.
-struct RowWidth512Bf16 : RowWidth512 {
-  static constexpr bool kNativeBf16 = true;
-};
 #pragma GCC diagnostic pop
 #endif  // TIERKIT_ROW_VEC
 
-// Per-level copies of a kind's row bodies. Baseline x86-64 has SSE2 only
-// (Rows<T>, vectorized by the compiler); at AVX2 and AVX-512, float and the
-// 16-bit types run RowsVec<W, T> (double: Rows<T> at AVX2).
+// The kinds' row bodies at the CPU's level (simd_copies.h): float and the
+// 16-bit types run RowsVec<W, T> at AVX2 and AVX-512; double, and every
+// type where no vector row exists (Clang), run Rows<T> at AVX2 (its
+// std::fma an instruction); baseline x86-64 (SSE2 only) runs Rows<T> as
+// compiled, vectorized by the compiler.
+enum class RowPass { forward, add_forward, backward };
+template <RowPass P, typename R, typename... A>
+TIERKIT_ROW_INLINE void row_pass(A&&... a) {
+  if constexpr (P == RowPass::forward) R::forward(std::forward<A>(a)...);
+  if constexpr (P == RowPass::add_forward) R::add_forward(std::forward<A>(a)...);
+  if constexpr (P == RowPass::backward) R::backward(std::forward<A>(a)...);
+}
+template <typename K, typename T, RowPass P>
+struct RowsBody {
+  template <typename W, typename... A>
+  static void run(A... a) {
+    row_pass<P, typename K::template Rows<T>>(a...);
+  }
+};
+#ifdef TIERKIT_ROW_VEC
+template <typename K, typename T, RowPass P>
+struct RowsVecBody {
+  template <typename W, typename... A>
+  static void run(A... a) {
+    row_pass<P, typename K::template RowsVec<W, T>>(a...);
+  }
+};
+#endif
+// `stream`: the vector rows' last argument (the scalar rows never stream).
+template <typename K, typename T, RowPass P, typename... A>
+void rows_at_level(bool stream, A... a) {
 #ifdef TIERKIT_SIMD_DISPATCH
 #ifdef TIERKIT_ROW_VEC
-#define TIERKIT_ROW_VEC_COPIES(NAME)                                                                         \
-  template <typename K, typename T, typename... A>                                                           \
-  TIERKIT_16_AVX2 __attribute__((flatten, optimize("fp-contract=off"))) void row_vec_##NAME##_avx2(A... a) { \
-    K::template RowsVec<RowWidth256, T>::NAME(a...);                                                         \
-  }                                                                                                          \
-  template <typename K, typename T, typename W, typename... A>                                               \
-  TIERKIT_16_AVX512                                                                                          \
-      __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void          \
-      row_vec_##NAME##_avx512(A... a) {                                                                      \
-    K::template RowsVec<W, T>::NAME(a...);                                                                   \
-  }
-TIERKIT_ROW_VEC_COPIES(forward)
-TIERKIT_ROW_VEC_COPIES(add_forward)
-TIERKIT_ROW_VEC_COPIES(backward)
-#undef TIERKIT_ROW_VEC_COPIES
+  if constexpr (!std::is_same_v<T, double>)
+    if (run_at_level<RowsVecBody<K, T, P>, T>(SimdLevel::Avx512, a..., stream)) return;
 #endif
-#define TIERKIT_ROW_COPIES(NAME)                                   \
-  template <typename K, typename T, typename... A>                 \
-  __attribute__((target("avx2"))) void row_##NAME##_avx2(A... a) { \
-    K::template Rows<T>::NAME(a...);                               \
-  }
-TIERKIT_ROW_COPIES(forward)
-TIERKIT_ROW_COPIES(add_forward)
-TIERKIT_ROW_COPIES(backward)
-#undef TIERKIT_ROW_COPIES
-#ifdef TIERKIT_ROW_VEC
-#define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)                                                   \
-  if constexpr (!std::is_same_v<T, double>) {                                                       \
-    if (cpu_has_16bit_simd()) {                                                                     \
-      if (simd_level() == SimdLevel::Avx512) {                                                      \
-        if constexpr (std::is_same_v<T, BFloat16>)                                                  \
-          if (cpu_has_avx512bf16_dq())                                                              \
-            return row_vec_##NAME##_avx512<K, T, RowWidth512Bf16>(__VA_ARGS__, stream);             \
-        return row_vec_##NAME##_avx512<K, T, RowWidth512>(__VA_ARGS__, stream);                     \
-      }                                                                                             \
-      if (simd_level() == SimdLevel::Avx2) return row_vec_##NAME##_avx2<K, T>(__VA_ARGS__, stream); \
-    }                                                                                               \
-  }
-#else
-#define TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, ...)
+  if (run_at_level<RowsBody<K, T, P>, T>(SimdLevel::Avx2, a...)) return;
 #endif
-#define TIERKIT_ROW_DISPATCH(NAME, K, T, ...)                                             \
-  do {                                                                                    \
-    (void)stream;                                                                         \
-    TIERKIT_ROW_VEC_DISPATCH(NAME, K, T, __VA_ARGS__);                                    \
-    if (simd_level() != SimdLevel::Baseline) return row_##NAME##_avx2<K, T>(__VA_ARGS__); \
-    return K::template Rows<T>::NAME(__VA_ARGS__);                                        \
-  } while (0)
-#else
-#define TIERKIT_ROW_DISPATCH(NAME, K, T, ...) \
-  (void)stream;                               \
-  return K::template Rows<T>::NAME(__VA_ARGS__)
-#endif
+  (void)stream;
+  row_pass<P, typename K::template Rows<T>>(a...);
+}
 
 // The functor's three row bodies, each at the CPU's level. `stream`: the
 // vector rows write their output (y, dx; not h, which the row reads back)
@@ -651,21 +605,19 @@ TIERKIT_ROW_COPIES(backward)
 template <typename K, typename T>
 void forward_rows(const T* x, RowParams<compute_t<T>> p, compute_t<T> eps, std::int64_t d, std::int64_t lo,
                   std::int64_t hi, T* y, compute_t<T>* stats, bool stream) {
-  TIERKIT_ROW_DISPATCH(forward, K, T, x, p, eps, d, lo, hi, y, stats);
+  rows_at_level<K, T, RowPass::forward>(stream, x, p, eps, d, lo, hi, y, stats);
 }
 template <typename K, typename T>
 void add_forward_rows(const T* x, const T* res, RowParams<compute_t<T>> p, compute_t<T> eps, std::int64_t d,
                       std::int64_t lo, std::int64_t hi, T* y, T* h, compute_t<T>* stats, bool stream) {
-  TIERKIT_ROW_DISPATCH(add_forward, K, T, x, res, p, eps, d, lo, hi, y, h, stats);
+  rows_at_level<K, T, RowPass::add_forward>(stream, x, res, p, eps, d, lo, hi, y, h, stats);
 }
 template <typename K, typename T>
 void backward_rows(const T* dy, const T* x, RowParams<compute_t<T>> p, const compute_t<T>* stats,
                    std::int64_t d, std::int64_t lo, std::int64_t hi, T* dx, compute_t<T>* dwp,
                    compute_t<T>* dbp, bool stream) {
-  TIERKIT_ROW_DISPATCH(backward, K, T, dy, x, p, stats, d, lo, hi, dx, dwp, dbp);
+  rows_at_level<K, T, RowPass::backward>(stream, dy, x, p, stats, d, lo, hi, dx, dwp, dbp);
 }
-#undef TIERKIT_ROW_DISPATCH
-#undef TIERKIT_ROW_VEC_DISPATCH
 
 // Rows per chunk: about kGrain elements.
 inline std::int64_t row_grain(std::int64_t d) {

@@ -274,39 +274,26 @@ TIERKIT_ROW_INLINE void map_rows_vec(const T* x, const T* const (&tables)[K::kTa
                 });
   if (stream) _mm_sfence();
 }
-template <typename K, typename T, typename... A>
-TIERKIT_16_AVX2 __attribute__((flatten, optimize("fp-contract=off"))) void map_rows_avx2(A... a) {
-  map_rows_vec<K, RowWidth256, T>(a...);
-}
-template <typename K, typename T, typename W, typename... A>
-TIERKIT_16_AVX512
-    __attribute__((flatten, optimize("fp-contract=off"), target("prefer-vector-width=512"))) void
-    map_rows_avx512(A... a) {
-  map_rows_vec<K, W, T>(a...);
-}
+template <typename K, typename T>
+struct MapRowsBody {
+  template <typename W>
+  static void run(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
+                  std::int64_t d, std::int64_t r, bool interleaved, bool transpose, std::int64_t lo,
+                  std::int64_t hi, T* y, bool stream) {
+    map_rows_vec<K, W, T>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
+  }
+};
 #endif
 template <typename K, typename T>
 void map_rows(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
               std::int64_t d, std::int64_t r, bool interleaved, bool transpose, std::int64_t lo,
               std::int64_t hi, T* y, bool stream) {
 #ifdef TIERKIT_ROW_VEC
-  if constexpr (!std::is_same_v<T, double>) {
-    if (cpu_has_16bit_simd()) {
-      using Tables = const T* const(&)[K::kTables];
-      using Layout = const RowTables<K::kTables>&;
-      if (simd_level() == SimdLevel::Avx512) {
-        if constexpr (std::is_same_v<T, BFloat16>)
-          if (cpu_has_avx512bf16_dq())
-            return map_rows_avx512<K, T, RowWidth512Bf16, const T*, Tables, Layout>(
-                x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
-        return map_rows_avx512<K, T, RowWidth512, const T*, Tables, Layout>(
-            x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
-      }
-      if (simd_level() == SimdLevel::Avx2)
-        return map_rows_avx2<K, T, const T*, Tables, Layout>(x, tables, layout, d, r, interleaved, transpose,
-                                                             lo, hi, y, stream);
-    }
-  }
+  // At the CPU's level (simd_copies.h); double and baseline x86-64: the scalar rows.
+  if constexpr (!std::is_same_v<T, double>)
+    if (run_at_level<MapRowsBody<K, T>, T>(SimdLevel::Avx512, x, tables, layout, d, r, interleaved, transpose,
+                                           lo, hi, y, stream))
+      return;
 #endif
   (void)stream;
   map_rows_scalar<K>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y);

@@ -47,8 +47,8 @@ inline SimdLevel simd_level() {
   }();
   return level;
 }
-// The vector loops are unrolled (GCC's -funroll-loops for these two
-// functions only; Clang interleaves vectorized loops by itself): a loop of
+// The vector loops are unrolled (GCC's -funroll-loops for the level copies
+// of simd_copies.h only; Clang interleaves vectorized loops by itself): a loop of
 // one vector per iteration measured 1.95 us for a 1e4-element float add on
 // AMD Zen 3 when the operands sit at unlucky offsets modulo 4 KiB (as numpy
 // happens to place them), 1.45-1.55 us unrolled; other offsets ~1.3 us
@@ -58,13 +58,6 @@ inline SimdLevel simd_level() {
 #else
 #define TIERKIT_UNROLLED
 #endif
-// The levels' targets. With "fma" only an explicit std::fma becomes one:
-// fp-contract=off (core's flag, and on the functions themselves, in case a
-// consumer's build lacks the flag) keeps a*x+b rounded twice.
-#define TIERKIT_AVX2 __attribute__((target("avx2,fma"), optimize("fp-contract=off") TIERKIT_UNROLLED))
-#define TIERKIT_AVX512 \
-  __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl"), optimize("fp-contract=off") TIERKIT_UNROLLED))
-
 // F16C from CPUID leaf 1 (ECX bit 29) under clang, whose
 // __builtin_cpu_supports did not know "f16c" before clang 16.
 inline bool cpu_has_f16c() {
@@ -83,7 +76,8 @@ inline bool cpu_has_16bit_simd() {
   return has;
 }
 
-// The 16-bit loops' targets (the row kernels' 16-bit rows use them too).
+// The levels' targets (simd_copies.h compiles every vector loop under one
+// of them; the 16-bit converters carry them too). Each has F16C and FMA.
 #define TIERKIT_16_AVX2 __attribute__((target("avx2,f16c,fma")))
 #define TIERKIT_16_AVX512 __attribute__((target("avx2,f16c,fma,avx512f,avx512bw,avx512vl")))
 
