@@ -33,16 +33,24 @@ __all__ = [
     "OPS",
     "OUT_WRITERS",
     "ROW_MAPS",
+    "ROW_OPS",
     "ROW_REDUCTIONS",
     "CastingMode",
     "Op",
     "OutWriter",
+    "RowArg",
     "RowMap",
+    "RowOp",
     "RowReduction",
+    "eps_arg",
     "find",
     "find_casting",
     "find_map",
     "find_row",
+    "flag",
+    "param",
+    "table",
+    "x_arg",
 ]
 
 # The functions a formula may call, and what they mean (torch's names).
@@ -273,80 +281,187 @@ CASTING_MODES: tuple[CastingMode, ...] = (
 
 
 @dataclass(frozen=True)
-class RowReduction:
-    """An op of the second kind: a reduction over the last dimension with
-    per-column parameters and per-row state saved for backward (RMSNorm,
-    LayerNorm). Each tier's generic code for the kind (core's
-    ``row_kernels.h``; the torch tiers' kernels, autograd, fakes, vmap and
-    sharding rules; the bridge's binding; the typed faces and modules) is
-    instantiated per entry; what an entry declares:
+class RowArg:
+    """One argument of a row op, by its role: what its rules are (shape,
+    dtype, device, overlap, how it is read) is the role's, the same for every
+    entry. Roles:
 
-    * ``functor``: the arithmetic, ``tierkit::kernels::<functor>`` in core's
-      ``row_functors.h`` (a row kind: forward, fused-residual forward and
-      backward rows) and ``<functor>RowsF`` in torch-cuda's ``row_functors.cuh``;
-    * ``params``: the optional per-column tensors of length x.size(-1), in
-      schema order: ``weight`` multiplies, ``bias`` adds (``y = core(x) *
-      weight + bias``: the kind is affine in them, which the vmap rule and the
-      parameters' gradients use);
-    * ``eps``: the default (None: torch's, the compute type's machine
-      epsilon, and the schema's ``float? eps=None``);
-    * ``stats``: the per-row values the forward saves for backward, in the
-      compute type, the last dim of ``_<name>_forward``'s second output;
-    * ``normalized``: x̂ from x and the stats (the parameters' gradients are
-      ``sum over rows of grad * x̂`` for the weight, of grad for the bias);
-    * ``terms``, ``reference``, ``derivatives``: the value in the compute type
-      and each input's gradient from ``grad`` (the output's), in the formula
-      vocabulary plus ``row_mean`` (the mean over the last dim, kept),
-      ``row_sum`` (the sum over every leading dim: a parameter's shape) and
-      ``rsqrt``, over x, the parameters (an absent weight is 1, an absent bias
-      0), eps and the named ``terms`` (evaluated in order). The tests compare
-      with the reference; both torch tiers use the derivatives where a graph
-      is wanted of the backward (double backward, hessians) and the
-      reference's tangent in forward mode: the backward and tangent written
-      once, one home;
-    * ``fused_add``: also ``add_<name>`` (returns ``(y, h)``, h = x + residual
-      rounded) and ``add_<name>_`` (writes h into residual);
-    * DTensor and vmap facts are the kind's: rows are independent (leading
-      dims shard freely, the last is made whole), the parameters' gradients
-      are Partial sums, a batched parameter applies after the unweighted norm;
-    * mixed dtypes: aten's norms' rule, the kind's: parameters of any float
-      dtype; computed in float (double where x or a parameter is double);
-      output in x's dtype, each gradient in its input's;
+    * ``x``: the rows (every dim but the last is a row; the op works along
+      the last), first in every schema;
+    * ``param``: an optional per-column tensor of length x.size(-1)
+      (``Tensor? weight=None``): any float dtype, on x's device, read as it
+      was at the call; ``weight`` multiplies and ``bias`` adds (the entry is
+      affine in them: the vmap rule and their gradients use it);
+    * ``table``: a per-row tensor ``[..., r]`` broadcast against x's leading
+      dims (never enlarging x), its last dim the op's width r (cos, sin);
+    * ``eps``: the float added under a root; ``default`` None is torch's
+      (the compute type's machine epsilon; the schema's ``float? eps=None``);
+    * ``flag``: a bool and its default.
+    """
+
+    name: str
+    role: str
+    default: float | bool | None = None
+
+    ROLES: ClassVar[tuple[str, ...]] = ("x", "param", "table", "eps", "flag")
+
+    @property
+    def schema(self) -> str:
+        """The argument in torch's schema language, with its default."""
+        if self.role == "x":
+            return f"Tensor {self.name}"
+        if self.role == "param":
+            return f"Tensor? {self.name}=None"
+        if self.role == "table":
+            return f"Tensor {self.name}"
+        if self.role == "eps":
+            return "float? eps=None" if self.default is None else f"float eps={self.default!r}"
+        return f"bool {self.name}={self.default}"
+
+
+def x_arg() -> RowArg:
+    return RowArg("x", "x")
+
+
+def param(name: str) -> RowArg:
+    return RowArg(name, "param")
+
+
+def table(name: str) -> RowArg:
+    return RowArg(name, "table")
+
+
+def eps_arg(default: float | None = None) -> RowArg:
+    return RowArg("eps", "eps", default)
+
+
+def flag(name: str, default: bool) -> RowArg:
+    return RowArg(name, "flag", default)
+
+
+@dataclass(frozen=True)
+class RowOp:
+    """An op over rows: every output row is computed from the same row of x
+    (its last dim) and the same rows of its other arguments. One entry
+    declares its arguments by role (``RowArg``: x, per-column parameters,
+    per-row tables, eps, flags), what backward saves, and its formulas; each
+    tier's generic row code is instantiated per entry (core's row kinds and
+    maps; the torch tiers' kernels, autograd, fakes, vmap and sharding rules;
+    the bridge's binding; the typed faces and modules). What an entry
+    declares:
+
+    * ``functor``: the arithmetic in core (``tierkit::kernels::<functor>``:
+      a row kind in ``row_functors.h`` with forward, fused-residual forward
+      and backward rows, or a map in ``row_maps.h`` with forward and
+      transposed rows) and in torch-cuda (``<functor>RowsF`` in
+      ``row_functors.cuh``, ``<functor>MapF``);
+    * ``args``: the schema's arguments after x, by role, in schema order;
+    * ``saves``: what backward reads beside grad:
+      - ``stats``: the per-row values the forward saves, in the compute type
+        (the last dim of ``_<name>_forward``'s second output); backward
+        reads x, the parameters and the stats and returns x's and each
+        parameter's gradient. The kind's mixed-dtype rule is aten's norms':
+        parameters of any float dtype, computed in float (double where x or
+        a parameter is double), output in x's dtype, each gradient in its
+        input's;
+      - ``linear``: nothing: the op is linear in x, its x-gradient the
+        transposed map (``_<name>_backward`` reads the tables and flags);
+        output in torch's promotion of x and the tables, x's gradient in
+        x's dtype, each table's in its own;
+    * ``terms``, ``reference``, ``derivatives``: the value in the compute
+      type and each input's gradient from ``grad`` (the output's), in the
+      formula vocabulary plus ``row_mean`` (the mean over the last dim,
+      kept), ``row_sum`` (the sum over every leading dim: a parameter's
+      shape), ``rsqrt``, and for tables ``rotate`` (the pair rotation by the
+      flag ``interleaved``: [-x2, x1] per pair), ``rotate_t`` (its
+      transpose), ``sum_to`` (a gradient summed to a table's broadcast
+      shape) and ``mapped`` (the first r columns), over x, the other
+      arguments (an absent weight is 1, an absent bias 0) and the named
+      ``terms`` (evaluated in order). The tests compare with the reference;
+      both torch tiers use the derivatives where a graph is wanted of the
+      backward (double backward, hessians) and the reference's tangent in
+      forward mode: the backward and tangent written once, one home;
+    * ``normalized``: x-hat from x and the stats (``saves == "stats"``: the
+      parameters' gradients are ``sum over rows of grad * x-hat`` for the
+      weight, of grad for the bias);
+    * ``width_rule``: what a table's width r must be, as text for the
+      checks' messages (``even`` is checked);
+    * ``fused_add``: also ``add_<name>`` (returns ``(y, h)``, h = x +
+      residual rounded) and ``add_<name>_`` (writes h into residual);
     * ``casting``: the public overloads also come as ``.casting`` overloads
       with keyword arguments ``offset`` (added to the weight) and
       ``casting_mode`` (one of ``CASTING_MODES``), each a composite of the
-      plain overload and torch's ops (one home: torch-common's ``casting``),
-      so every subsystem the plain op has, the modes have.
+      plain overload and torch's ops (one home: torch-common's ``casting``);
+    * ``module``: the torch.nn-style module tierkit_torch makes for it.
+
+    DTensor and vmap facts are the roles': rows are independent (leading
+    dims shard freely, the last is made whole), the parameters' gradients
+    are Partial sums, a batched parameter applies after the unweighted op,
+    tables broadcast like x's leading dims.
     """
 
     name: str
     functor: str
     doc: str
-    terms: dict[str, str]
+    args: tuple[RowArg, ...]
     reference: str
     derivatives: dict[str, str]
-    normalized: str
-    params: tuple[str, ...] = ("weight",)
-    stats: tuple[str, ...] = ("rstd",)
-    eps: float | None = None
+    saves: str = "stats"
+    stats: tuple[str, ...] = ()
+    terms: dict[str, str] = field(default_factory=dict)
+    normalized: str = ""
+    width_rule: str = ""
     fused_add: bool = False
-    module: str = ""  # the torch.nn-style module tierkit_torch makes for it
     casting: bool = False
-    kind: str = "row_reduction"
+    module: str = ""
 
     CASTING_ARGS: ClassVar[str] = 'float offset=0.0, str casting_mode="aten"'
 
-    @property
-    def eps_arg(self) -> str:
-        return "float? eps=None" if self.eps is None else f"float eps={self.eps!r}"
+    def __post_init__(self) -> None:
+        for a in self.args:
+            if a.role not in RowArg.ROLES or a.role == "x":
+                raise ValueError(f"{self.name}: argument {a.name!r}: expected a role of {RowArg.ROLES[1:]}")
+        if self.saves not in ("stats", "linear"):
+            raise ValueError(f"{self.name}: saves: expected 'stats' or 'linear', got {self.saves!r}")
+        if (self.saves == "stats") != bool(self.stats):
+            raise ValueError(f"{self.name}: stats: declared exactly when saves == 'stats'")
+
+    def _named(self, role: str) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.role == role)
 
     @property
-    def args(self) -> str:
-        return ", ".join(["Tensor x", *(f"Tensor? {p}=None" for p in self.params), self.eps_arg])
+    def kind(self) -> str:
+        """The tiers' code path: "row_reduction" (saves stats) or "row_map" (linear)."""
+        return "row_reduction" if self.saves == "stats" else "row_map"
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self._named("param")
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return self._named("table")
+
+    @property
+    def flags(self) -> tuple[tuple[str, bool], ...]:
+        return tuple((a.name, bool(a.default)) for a in self.args if a.role == "flag")
+
+    @property
+    def eps(self) -> float | None:
+        """eps's default (None: torch's)."""
+        return next((a.default for a in self.args if a.role == "eps"), None)
+
+    @property
+    def eps_arg(self) -> str:
+        return next(a.schema for a in self.args if a.role == "eps")
+
+    @property
+    def arg_list(self) -> str:
+        return ", ".join([x_arg().schema, *(a.schema for a in self.args)])
 
     @property
     def schema(self) -> str:
-        return f"{self.name}({self.args}) -> Tensor"
+        return f"{self.name}({self.arg_list}) -> Tensor"
 
     @property
     def forward_name(self) -> str:
@@ -365,20 +480,19 @@ class RowReduction:
         return "".join(p.title() for p in self.name.split("_")) + "Backward0"
 
     def _rest(self) -> str:
-        return ", ".join([*(f"Tensor? {p}=None" for p in self.params), self.eps_arg])
+        return ", ".join(a.schema for a in self.args)
 
     @property
     def schemas(self) -> tuple[str, ...]:
-        """Every overload of the entry: the op, its fused forms, the two building blocks."""
-        params = ", ".join(f"Tensor? {p}" for p in self.params)
-        grads = ", ".join(["Tensor"] * (1 + len(self.params)))
+        """Every overload of the entry: the op, its fused and casting forms,
+        and the building blocks its autograd uses."""
         out = [self.schema]
         if self.fused_add:
             out.append(f"{self.add_name}(Tensor x, Tensor residual, {self._rest()}) -> (Tensor, Tensor)")
             out.append(f"{self.add_name}_(Tensor x, Tensor(a!) residual, {self._rest()}) -> Tensor")
         if self.casting:
             kw = f"*, {self.CASTING_ARGS}"
-            out.append(f"{self.name}.casting({self.args}, {kw}) -> Tensor")
+            out.append(f"{self.name}.casting({self.arg_list}, {kw}) -> Tensor")
             if self.fused_add:
                 out.append(
                     f"{self.add_name}.casting(Tensor x, Tensor residual, {self._rest()}, {kw}) -> (Tensor, Tensor)"
@@ -386,26 +500,41 @@ class RowReduction:
                 out.append(
                     f"{self.add_name}_.casting(Tensor x, Tensor(a!) residual, {self._rest()}, {kw}) -> Tensor"
                 )
-        out.append(f"{self.forward_name}(Tensor x, {params}, float eps) -> (Tensor, Tensor)")
-        out.append(f"{self.backward_name}(Tensor grad, Tensor x, {params}, Tensor stats) -> ({grads})")
+        if self.saves == "stats":
+            params = ", ".join(f"Tensor? {p}" for p in self.params)
+            grads = ", ".join(["Tensor"] * (1 + len(self.params)))
+            out.append(f"{self.forward_name}(Tensor x, {params}, float eps) -> (Tensor, Tensor)")
+            out.append(f"{self.backward_name}(Tensor grad, Tensor x, {params}, Tensor stats) -> ({grads})")
+        else:
+            tables = ", ".join(f"Tensor {t}" for t in self.tables)
+            flags = ", ".join(f"bool {f}" for f, _ in self.flags)
+            out.append(f"{self.backward_name}(Tensor grad, {tables}, {flags}) -> Tensor")
         return tuple(out)
-
-    @property
-    def overloads(self) -> tuple[str, ...]:
-        """Every overload's name, the building blocks included."""
-        return (*self.public, self.forward_name, self.backward_name)
 
     @property
     def public(self) -> tuple[str, ...]:
         """The names of its public overloads (the building blocks are internal)."""
         return (self.name, self.add_name, self.add_name + "_") if self.fused_add else (self.name,)
 
+    @property
+    def overloads(self) -> tuple[str, ...]:
+        """Every overload's name, the building blocks included."""
+        blocks = (self.forward_name, self.backward_name) if self.saves == "stats" else (self.backward_name,)
+        return (*self.public, *blocks)
 
-ROW_REDUCTIONS: tuple[RowReduction, ...] = (
-    RowReduction(
+
+# The tiers' names for the entries of each code path (one class: RowOp).
+RowReduction = RowOp
+RowMap = RowOp
+
+
+ROW_OPS: tuple[RowOp, ...] = (
+    RowOp(
         name="rms_norm",
         functor="RmsNorm",
         doc="F.rms_norm(x, (x.size(-1),), weight, eps): x / sqrt(mean(x^2, -1) + eps) * weight",
+        args=(param("weight"), eps_arg()),
+        stats=("rstd",),
         terms={"rstd": "rsqrt(row_mean(x * x) + eps)", "xhat": "x * rstd", "g": "grad * weight"},
         reference="xhat * weight",
         derivatives={
@@ -417,10 +546,12 @@ ROW_REDUCTIONS: tuple[RowReduction, ...] = (
         module="RMSNorm",
         casting=True,
     ),
-    RowReduction(
+    RowOp(
         name="layer_norm",
         functor="LayerNorm",
         doc="F.layer_norm(x, (x.size(-1),), weight, bias, eps): (x - mean) / sqrt(var + eps) * weight + bias",
+        args=(param("weight"), param("bias"), eps_arg(1e-05)),
+        stats=("mean", "rstd"),
         terms={
             "xc": "x - row_mean(x)",
             "rstd": "rsqrt(row_mean(xc * xc) + eps)",
@@ -434,99 +565,29 @@ ROW_REDUCTIONS: tuple[RowReduction, ...] = (
             "bias": "row_sum(grad)",
         },
         normalized="(x - mean) * rstd",
-        params=("weight", "bias"),
-        stats=("mean", "rstd"),
-        eps=1e-05,
         module="LayerNorm",
     ),
-)
-
-
-@dataclass(frozen=True)
-class RowMap:
-    """An op of the third kind: a map over the last dimension, each output
-    row computed from its own row of x and the same row of per-row tables
-    broadcast against x's leading dims (rotary embeddings: cos and sin for
-    each position). Linear in x, so its x-gradient is the map's transpose,
-    written beside the map itself in core (``tierkit/row_maps.h``); each
-    tier's generic code for the kind (kernels, autograd, fakes, vmap,
-    sharding, faces, the bridge's binding) is instantiated per entry. What an
-    entry declares:
-
-    * ``functor``: ``tierkit::kernels::<functor>`` in core (forward and
-      transposed rows) and ``<functor>MapF`` in torch-cuda;
-    * ``tables``: the tensors after x, in schema order, each ``[..., r]``
-      with ``r = size(-1)`` (the map's width: x[..., :r] is mapped, x[..., r:]
-      passes through) and broadcast against x[..., :r] (never enlarging x);
-    * ``flags``: the schema's trailing bools and their defaults;
-    * ``width_rule``: what r must be, as text for the checks' messages, with
-      ``even`` (r is even) checked;
-    * ``reference``, ``derivatives``: the value and each input's gradient in
-      the formula vocabulary plus ``rotate`` (the pair rotation by the flag
-      ``interleaved``: [-x2, x1] per pair), ``rotate_t`` (its transpose),
-      ``sum_to`` (a gradient summed to a table's broadcast shape), ``mapped``
-      (the first r columns) and ``grad``; x's gradient is the transposed map
-      (the ``_<name>_backward`` kernel) unless a graph is wanted of it.
-    * output dtype: torch's promotion of x and the tables; x's gradient in
-      x's dtype, each table's in its own.
-    """
-
-    name: str
-    functor: str
-    doc: str
-    tables: tuple[str, ...]
-    flags: tuple[tuple[str, bool], ...]
-    reference: str
-    derivatives: dict[str, str]
-    width_rule: str = "even, at most x.size(-1)"
-    kind: str = "row_map"
-
-    @property
-    def args(self) -> str:
-        return ", ".join(
-            ["Tensor x", *(f"Tensor {t}" for t in self.tables), *(f"bool {f}={d}" for f, d in self.flags)]
-        )
-
-    @property
-    def schema(self) -> str:
-        return f"{self.name}({self.args}) -> Tensor"
-
-    @property
-    def backward_name(self) -> str:
-        return f"_{self.name}_backward"
-
-    @property
-    def node_name(self) -> str:
-        return "".join(p.title() for p in self.name.split("_")) + "Backward0"
-
-    @property
-    def schemas(self) -> tuple[str, ...]:
-        tables = ", ".join(f"Tensor {t}" for t in self.tables)
-        flags = ", ".join(f"bool {f}" for f, _ in self.flags)
-        return (self.schema, f"{self.backward_name}(Tensor grad, {tables}, {flags}) -> Tensor")
-
-    @property
-    def public(self) -> tuple[str, ...]:
-        return (self.name,)
-
-
-ROW_MAPS: tuple[RowMap, ...] = (
-    RowMap(
+    RowOp(
         name="rotary_embedding",
         functor="Rotary",
         doc="rotary position embedding over the last dim: x_r * cos + rotate(x_r) * sin on the first "
         "r = cos.size(-1) columns (rotate: NeoX's rotate_half, or GPT-J's pairs when interleaved), the rest "
         "passed through",
-        tables=("cos", "sin"),
-        flags=(("interleaved", False),),
+        args=(table("cos"), table("sin"), flag("interleaved", False)),
+        saves="linear",
         reference="mapped(x) * cos + rotate(mapped(x)) * sin",
         derivatives={
             "x": "mapped(grad) * cos + rotate_t(mapped(grad) * sin)",
             "cos": "sum_to(mapped(grad) * mapped(x), cos)",
             "sin": "sum_to(mapped(grad) * rotate(mapped(x)), sin)",
         },
+        width_rule="even, at most x.size(-1)",
     ),
 )
+
+# Each code path's entries, in table order.
+ROW_REDUCTIONS: tuple[RowOp, ...] = tuple(e for e in ROW_OPS if e.kind == "row_reduction")
+ROW_MAPS: tuple[RowOp, ...] = tuple(e for e in ROW_OPS if e.kind == "row_map")
 
 
 def find_map(name: str) -> RowMap:

@@ -118,3 +118,38 @@ def test_docs_with_quotes_become_valid_cpp_strings():
             body = line.split("bridge_doc = ", 1)[1].rstrip(";")
             assert body.startswith('"') and body.endswith('"')
             assert not re.search(r'(?<!\\)"', body[1:-1]), line
+
+
+def test_row_ops_declare_their_arguments_by_role():
+    from tierkit_core.op_table import ROW_MAPS, ROW_OPS, ROW_REDUCTIONS, RowArg
+
+    # One entry type; each code path's tuple is the table filtered by what backward saves.
+    assert sorted(e.name for e in (*ROW_REDUCTIONS, *ROW_MAPS)) == sorted(e.name for e in ROW_OPS)
+    assert all(e.saves == "stats" for e in ROW_REDUCTIONS) and all(e.saves == "linear" for e in ROW_MAPS)
+    for e in ROW_OPS:
+        assert all(a.role in RowArg.ROLES[1:] for a in e.args)
+        # The schema is x and then the arguments as declared, each in its role's spelling.
+        assert e.schema == f"{e.name}(Tensor x, {', '.join(a.schema for a in e.args)}) -> Tensor"
+        words = set(FORMULA_FUNCTIONS) | {"grad", "x", *(a.name for a in e.args), *e.terms, *e.stats}
+        words |= {"row_mean", "row_sum", "rsqrt", "rotate", "rotate_t", "sum_to", "mapped"}
+        for formula in (e.reference, *e.derivatives.values(), *e.terms.values()):
+            used = set(re.findall(r"[A-Za-z_]\w*", formula))
+            assert used <= words, f"{e.name}: {formula!r} uses {used - words}"
+        assert set(e.derivatives) <= {"x", *e.params, *e.tables}
+    rms, rotary = ROW_REDUCTIONS[0], ROW_MAPS[0]
+    assert (rms.params, rms.eps, rms.eps_arg) == (("weight",), None, "float? eps=None")
+    assert (rotary.tables, rotary.flags) == (("cos", "sin"), (("interleaved", False),))
+    assert rotary.overloads == ("rotary_embedding", "_rotary_embedding_backward")
+
+
+def test_a_row_op_refuses_roles_it_does_not_know():
+    from tierkit_core.op_table import RowArg, RowOp, param
+
+    with pytest.raises(ValueError, match="argument 'k': expected a role of"):
+        RowOp(name="o", functor="O", doc="", args=(RowArg("k", "index"),), reference="x", derivatives={})
+    with pytest.raises(ValueError, match="saves: expected 'stats' or 'linear', got 'y'"):
+        RowOp(
+            name="o", functor="O", doc="", args=(param("weight"),), reference="x", derivatives={}, saves="y"
+        )
+    with pytest.raises(ValueError, match="stats: declared exactly when saves == 'stats'"):
+        RowOp(name="o", functor="O", doc="", args=(param("weight"),), reference="x", derivatives={})
