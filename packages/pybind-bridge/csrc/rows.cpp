@@ -30,9 +30,11 @@
 #include "tierkit/op_table.h"
 #include "tierkit/row_functors.h"
 #include "tierkit/row_maps.h"
+#include "tierkit/row_rules.h"
 
 namespace tierkit_bridge {
 namespace {
+namespace rules = tierkit::row_rules;
 
 // The import path's refusals name the argument; here the op comes first, as
 // every other row error.
@@ -135,11 +137,20 @@ double eps_of(const std::string& op, const py::handle& eps, tierkit::DType x_dty
   return real_of(op, "eps", eps);
 }
 
+std::vector<std::int64_t> dims(const tierkit::Shape& s) { return {s.begin(), s.begin() + s.rank()}; }
+
 // A shape as Python prints a tuple: (3,), (2, 3), ().
-std::string py_shape(const tierkit::Shape& s) {
-  std::string out = "(";
-  for (int i = 0; i < s.rank(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.rank() == 1 ? ",)" : ")");
+std::string py_shape(const tierkit::Shape& s) { return tierkit::shape_str(dims(s)); }
+
+// Runs a role's rule (core's tierkit/row_rules.h, numpy's words); its
+// failure becomes "<op>: <core's message>" as a ValueError.
+template <typename F>
+void row_rule(const std::string& op, F&& f) {
+  try {
+    f();
+  } catch (const tierkit::InvalidArgument& e) {
+    throw py::value_error(op + e.what());
+  }
 }
 
 // to[i] = from[i] element by element, over two views of one shape and dtype
@@ -410,11 +421,7 @@ struct BridgeRows {
     if (!tierkit::is_accepted(vx.dtype()))
       throw py::type_error(op + "x: expected dtype " + tierkit::accepted_dtype_names() + ", got " +
                            std::string(tierkit::dtype_name(vx.dtype())));
-    if (vx.rank() < 1)
-      throw py::value_error(
-          op +
-          "x: expected an array with at least one dimension (the last is normalised), got a "
-          "0-d one");
+    row_rule(op, [&] { rules::x_rank(vx.rank(), "the last is normalised", rules::kNumpyWords); });
     const std::int64_t d = vx.shape()[vx.rank() - 1];
     const double eps = eps_of<Info>(op, eps_in, vx.dtype());
 
@@ -431,9 +438,7 @@ struct BridgeRows {
       if (!tierkit::is_accepted(w.dtype()))  // any float dtype, as aten's: the result keeps x's
         throw py::type_error(op + name + ": expected dtype " + tierkit::accepted_dtype_names() + ", got " +
                              std::string(tierkit::dtype_name(w.dtype())));
-      if (w.rank() != 1 || w.shape()[0] != d)
-        throw py::value_error(op + name + ": expected shape (" + std::to_string(d) +
-                              ",) (x's last dimension), got " + py_shape(w.shape()));
+      row_rule(op, [&] { rules::param_shape(name, dims(w.shape()), d, rules::kNumpyWords); });
       if (w.is_contiguous()) {
         views[i] = w;
       } else {
@@ -605,8 +610,7 @@ struct BridgeMap {
     if (!tierkit::is_accepted(vx.dtype()))
       throw py::type_error(op + "x: expected dtype " + tierkit::accepted_dtype_names() + ", got " +
                            std::string(tierkit::dtype_name(vx.dtype())));
-    if (vx.rank() < 1)
-      throw py::value_error(op + "x: expected an array with at least one dimension, got a 0-d one");
+    row_rule(op, [&] { rules::x_rank(vx.rank(), nullptr, rules::kNumpyWords); });
     std::array<std::optional<ArrayArg>, N> args;
     tierkit::DType dtype = vx.dtype();
     for (std::size_t i = 0; i < N; ++i) {
@@ -616,40 +620,20 @@ struct BridgeMap {
       if (!tierkit::is_accepted(t.dtype()))
         throw py::type_error(op + name + ": expected dtype " + tierkit::accepted_dtype_names() + ", got " +
                              std::string(tierkit::dtype_name(t.dtype())));
-      if (t.rank() < 1)
-        throw py::value_error(
-            op + name +
-            ": expected an array with at least one dimension (its last is the rotary width r), "
-            "got a 0-d one");
+      row_rule(op, [&] { rules::table_rank(name, t.rank(), rules::kNumpyWords); });
       dtype = tierkit::promote_floating(dtype, t.dtype());
     }
-    const std::int64_t d = vx.shape()[vx.rank() - 1];
-    const tierkit::TensorView& c0 = args[0]->view();
-    const std::int64_t r = c0.shape()[c0.rank() - 1];
-    if (r % 2 != 0 || r > d)
-      throw py::value_error(op + Info::tables[0] + ": expected a rotary width r = " + Info::tables[0] +
-                            ".shape[-1] that is " + Info::width_rule + " (" + std::to_string(d) + "), got " +
-                            std::to_string(r));
+    std::array<std::vector<std::int64_t>, N> sizes;
+    std::array<const std::vector<std::int64_t>*, N> each;
     for (std::size_t i = 0; i < N; ++i) {
-      const tierkit::TensorView& t = args[i]->view();
-      const char* name = Info::tables[i];
-      if (t.shape()[t.rank() - 1] != r)
-        throw py::value_error(op + name + ": expected a last dimension of " + std::to_string(r) +
-                              " (the rotary width, " + Info::tables[0] + "'s), got " +
-                              std::to_string(t.shape()[t.rank() - 1]));
-      bool ok = t.rank() <= vx.rank();
-      for (int k = 2; ok && k <= t.rank(); ++k) {
-        const std::int64_t sz = t.shape()[t.rank() - k];
-        ok = sz == 1 || sz == vx.shape()[vx.rank() - k];
-      }
-      if (!ok) {
-        tierkit::Shape want = vx.shape();
-        want[want.rank() - 1] = r;
-        throw py::value_error(op + name + ": shape " + py_shape(t.shape()) +
-                              " does not broadcast against x[..., :" + std::to_string(r) + "] of shape " +
-                              py_shape(want));
-      }
+      sizes[i] = dims(args[i]->view().shape());
+      each[i] = &sizes[i];
     }
+    row_rule(op, [&] {
+      rules::tables_fit(dims(vx.shape()), each.data(), Info::tables.data(), N, Info::width_rule,
+                        rules::kNumpyWords);
+    });
+    const std::int64_t d = vx.shape()[vx.rank() - 1], r = sizes[0].back();
     // As the kernel reads them: C-contiguous, in the promoted dtype.
     std::optional<Buffer> x_held;
     std::array<std::optional<Buffer>, N> held;

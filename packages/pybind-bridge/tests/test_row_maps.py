@@ -87,7 +87,7 @@ def test_errors_name_the_argument(entry):
         ((x.astype(np.int64), c, c), TypeError, "x: expected dtype"),
         ((x, c.astype(np.int32), c), TypeError, "cos: expected dtype"),
         ((np.float32(1.0), c, c), ValueError, "x: expected an array with at least one dimension"),
-        ((x, c[:, :7], c[:, :7]), ValueError, "cos: expected a rotary width r = cos.shape[-1] that is even"),
+        ((x, c[:, :7], c[:, :7]), ValueError, "cos: expected a width r = cos.shape[-1] that is even"),
         (
             (x, np.ones((5, 10), np.float32), np.ones((5, 10), np.float32)),
             ValueError,

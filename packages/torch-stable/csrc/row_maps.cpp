@@ -15,6 +15,7 @@
 #include "stable_tensor.h"
 #include "tierkit/op_table.h"
 #include "tierkit/row_maps.h"
+#include "tierkit/row_rules.h"
 
 namespace tierkit_stable {
 namespace {
@@ -30,9 +31,12 @@ ScalarType scalar_type_of(tierkit::DType d) {
 
 template <typename Info, std::size_t N>
 void check_map(const char* op, const Tensor& x, const std::array<Tensor, N>& tables) {
+  namespace rules = tierkit::row_rules;
   check_defined(op, x, "x");
-  if (x.dim() < 1) fail(op, "x: expected a tensor with at least one dimension, got a 0-d tensor");
+  core_check(op, [&] { rules::x_rank(x.dim(), nullptr, rules::kTorchWords); });
   check_first(op, x, "x");
+  std::array<std::vector<int64_t>, N> sizes;
+  std::array<const std::vector<int64_t>*, N> each;
   for (std::size_t i = 0; i < N; ++i) {
     const Tensor& t = tables[i];
     const std::string name = Info::tables[i];
@@ -41,35 +45,13 @@ void check_map(const char* op, const Tensor& x, const std::array<Tensor, N>& tab
       fail(op, name + ": expected device " + device_str(x.device()) + " (same as x), got " +
                    device_str(t.device()));
     check_dtype(op, t, Info::tables[i]);
-    if (t.dim() < 1)
-      fail(op, name +
-                   ": expected a tensor with at least one dimension (its last is the rotary width r), got a "
-                   "0-d tensor");
+    core_check(op, [&] { rules::table_rank(Info::tables[i], t.dim(), rules::kTorchWords); });
+    sizes[i] = sizes_of(t);
+    each[i] = &sizes[i];
   }
-  const std::string first = Info::tables[0];
-  const auto xs = sizes_of(x);
-  const int64_t r = tables[0].sizes()[tables[0].dim() - 1], d = xs.back();
-  if (r % 2 != 0 || r > d)
-    fail(op, first + ": expected a rotary width r = " + first + ".size(-1) that is " + Info::width_rule +
-                 " (" + std::to_string(d) + "), got " + std::to_string(r));
-  for (std::size_t i = 0; i < N; ++i) {
-    const auto ts = sizes_of(tables[i]);
-    const std::string name = Info::tables[i];
-    if (ts.back() != r)
-      fail(op, name + ": expected a last dimension of " + std::to_string(r) + " (the rotary width, " + first +
-                   "'s), got " + std::to_string(ts.back()));
-    bool ok = ts.size() <= xs.size();
-    for (std::size_t k = 2; ok && k <= ts.size(); ++k) {
-      const int64_t s = ts[ts.size() - k];
-      ok = s == 1 || s == xs[xs.size() - k];
-    }
-    if (!ok) {
-      std::vector<int64_t> want = xs;
-      want.back() = r;
-      fail(op, name + ": shape " + shape_list(ts) + " does not broadcast against x[..., :" +
-                   std::to_string(r) + "] of shape " + shape_list(want));
-    }
-  }
+  core_check(op, [&] {
+    rules::tables_fit(sizes_of(x), each.data(), Info::tables.data(), N, Info::width_rule, rules::kTorchWords);
+  });
 }
 
 template <typename Info, typename K>

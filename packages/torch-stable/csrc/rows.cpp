@@ -21,6 +21,7 @@
 #include "tierkit/checks.h"
 #include "tierkit/op_table.h"
 #include "tierkit/row_functors.h"
+#include "tierkit/row_rules.h"
 
 namespace tierkit_stable {
 namespace {
@@ -43,8 +44,9 @@ Rows rows_of(const Tensor& x) {
 
 void check_x(const char* op, const Tensor& x) {
   check_defined(op, x, "x");
-  if (x.dim() < 1)
-    fail(op, "x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
+  core_check(op, [&] {
+    tierkit::row_rules::x_rank(x.dim(), "the last is normalised", tierkit::row_rules::kTorchWords);
+  });
   check_first(op, x, "x");
 }
 
@@ -58,10 +60,10 @@ void check_param(const char* op, const Tensor& x, const OptTensor& param, const 
     fail(op,
          n + ": expected device " + device_str(x.device()) + " (same as x), got " + device_str(p.device()));
   check_dtype(op, p, name);
-  const int64_t d = x.sizes()[x.dim() - 1];
-  if (p.dim() != 1 || p.sizes()[0] != d)
-    fail(op, n + ": expected shape [" + std::to_string(d) + "] (x's last dimension), got " +
-                 shape_list(sizes_of(p)));
+  core_check(op, [&] {
+    tierkit::row_rules::param_shape(name, sizes_of(p), x.sizes()[x.dim() - 1],
+                                    tierkit::row_rules::kTorchWords);
+  });
 }
 
 template <typename Info, std::size_t P>
@@ -255,10 +257,10 @@ struct StableRows {
     const Rows r = rows_of(x_in);
     check_like(op, grad_in, "grad", x_in, "x");
     const int64_t want = r.rows * static_cast<int64_t>(Info::stats.size());
-    if (stats_in.scalar_type() != stats_dtype(x_in) || stats_in.numel() != want)
-      fail(op, "stats: expected " + std::to_string(want) + " values of dtype " +
-                   dtype_name(stats_dtype(x_in)) + " (from " + named(3) + "), got " +
-                   std::to_string(stats_in.numel()) + " of " + dtype_name(stats_in.scalar_type()));
+    core_check(op, [&] {
+      tierkit::row_rules::stats(stats_in.numel(), dtype_name(stats_in.scalar_type()), want,
+                                dtype_name(stats_dtype(x_in)), named(3));
+    });
     std::array<Tensor, P + 1> out;
     const MixedRows mixed(x_in, params_in);
     if (mixed.converts_x()) {

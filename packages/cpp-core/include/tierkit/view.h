@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "tierkit/dtype.h"
 #include "tierkit/error.h"
@@ -37,13 +39,20 @@ inline std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what
 // tuples), "[2, 3]" for torch tiers (torch.Size's list).
 enum class ShapeStyle { Tuple, List };
 
+// Sizes of any integer type, or of any type that streams (torch's SymInt).
 template <typename Sizes>
 std::string shape_str(const Sizes& sizes, ShapeStyle style = ShapeStyle::Tuple) {
   std::string s = style == ShapeStyle::Tuple ? "(" : "[";
   std::size_t n = 0;
-  for (const auto d : sizes) {
+  for (const auto& d : sizes) {
     if (n++) s += ", ";
-    s += std::to_string(d);
+    if constexpr (std::is_integral_v<std::decay_t<decltype(d)>>) {
+      s += std::to_string(d);
+    } else {
+      std::ostringstream out;
+      out << d;
+      s += out.str();
+    }
   }
   if (style == ShapeStyle::Tuple) return s + (n == 1 ? ",)" : ")");
   return s + "]";

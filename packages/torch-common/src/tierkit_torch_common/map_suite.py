@@ -281,13 +281,26 @@ def _error_cases(entry: RowMap, device: str) -> list[tuple[Any, str]]:
         ((x.long(), c, c), "x: expected dtype"),
         ((x, c.int(), c), "cos: expected dtype"),
         ((ones(), c, c), "x: expected a tensor with at least one dimension"),
-        ((x, ones(5, 7), ones(5, 7)), "cos: expected a rotary width r = cos.size(-1) that is even"),
+        ((x, ones(5, 7), ones(5, 7)), "cos: expected a width r = cos.size(-1) that is even"),
         ((x, ones(5, 10), ones(5, 10)), "that is even, at most x.size(-1) (8), got 10"),
         ((x, c, ones(5, 6)), "sin: expected a last dimension of 8"),
         ((x, ones(4, 8), c), "cos: shape [4, 8] does not broadcast against x[..., :8] of shape [2, 5, 8]"),
         ((x, ones(3, 2, 5, 8), ones(3, 2, 5, 8)), "cos: shape [3, 2, 5, 8] does not broadcast"),
         ((x, other, c), "cos: expected device"),
     ]
+
+
+@MAPS
+def test_map_kernel_and_fake_refuse_in_the_same_words(ops, entry):
+    # The CPU kernel asks core's C++ rules, the fake kernel core's Python
+    # twin (tierkit_core.row_rules): one message, word for word.
+    for (args, _), (meta_args, _) in zip(_error_cases(entry, "cpu")[:-1], _error_cases(entry, "meta")[:-1]):
+        said = []
+        for a in (args, meta_args):
+            with pytest.raises(RuntimeError) as info:
+                call(ops, entry, *a, False)
+            said.append(str(info.value).split("\n")[0])
+        assert said[0] == said[1]
 
 
 @MAPS
@@ -313,5 +326,5 @@ def test_map_errors_name_the_argument(ops, entry, device):
             torch.testing.assert_close(got, want)
     # With grad, the same errors, naming the op called.
     x = torch.ones(2, 5, 8, device=device, requires_grad=True)
-    with pytest.raises(RuntimeError, match=f"{name}: cos: expected a rotary width"):
+    with pytest.raises(RuntimeError, match=f"{name}: cos: expected a width"):
         call(ops, entry, x, torch.ones(5, 7, device=device), torch.ones(5, 7, device=device), False)

@@ -19,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from tierkit_core import row_rules as rules
 from tierkit_core.op_table import ROW_MAPS, RowMap
 
+from ._words import ask as _ask
 from ._words import dtype_name, one_of
 from .fake import _bound_on_first_call
 
@@ -118,47 +120,17 @@ def map_checks(torch: Any, accepted_dtypes: Sequence[str]) -> Callable[..., None
     accepted_text = one_of(list(accepted_dtypes))
 
     def check(op: str, entry: RowMap, x: Any, tables: Sequence[Any]) -> None:
-        if x.dim() == 0:
-            raise RuntimeError(f"{op}: x: expected a tensor with at least one dimension, got a 0-d tensor")
+        _ask(torch, op, rules.x_rank(x.dim(), None, rules.TORCH))
         if x.dtype not in accepted:
             raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {dtype_name(x.dtype)}")
-        first = entry.tables[0]
         for name, t in zip(entry.tables, tables):
             if t.device != x.device:
                 raise RuntimeError(f"{op}: {name}: expected device {x.device} (same as x), got {t.device}")
             if t.dtype not in accepted:
                 raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {dtype_name(t.dtype)}")
-            if t.dim() == 0:
-                raise RuntimeError(
-                    f"{op}: {name}: expected a tensor with at least one dimension (its last is the rotary "
-                    "width r), got a 0-d tensor"
-                )
-        r, d = tables[0].shape[-1], x.shape[-1]
-        torch._check(
-            r % 2 == 0 and r <= d,
-            lambda: (
-                f"{op}: {first}: expected a rotary width r = {first}.size(-1) that is {entry.width_rule} "
-                f"({d}), got {r}"
-            ),
-        )
-        for name, t in zip(entry.tables, tables):
-            torch._check(
-                t.shape[-1] == r,
-                lambda name=name, t=t: (
-                    f"{op}: {name}: expected a last dimension of {r} (the rotary width, "
-                    f"{first}'s), got {t.shape[-1]}"
-                ),
-            )
-            ok = t.dim() <= x.dim() and all(
-                s == 1 or s == xs for s, xs in zip(reversed(t.shape[:-1]), reversed(x.shape[:-1]))
-            )
-            torch._check(
-                ok,
-                lambda name=name, t=t: (
-                    f"{op}: {name}: shape {list(t.shape)} does not broadcast against "
-                    f"x[..., :{r}] of shape {[*x.shape[:-1], r]}"
-                ),
-            )
+            _ask(torch, op, rules.table_rank(name, t.dim(), rules.TORCH))
+        sizes = [t.shape for t in tables]
+        _ask(torch, op, rules.tables_fit(x.shape, sizes, entry.tables, entry.width_rule, rules.TORCH))
 
     return check
 

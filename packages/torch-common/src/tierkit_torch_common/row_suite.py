@@ -273,6 +273,20 @@ def test_errors_name_the_argument(ops, entry, case, device):
         op(ops, entry)(x, *params)
 
 
+@pytest.mark.parametrize(("entry", "case"), ERROR_CASES, ids=[f"{e.name}-{i}" for e, i in ERROR_CASES])
+def test_kernel_and_fake_refuse_in_the_same_words(ops, entry, case):
+    # The CPU kernel asks core's C++ rules, the fake kernel core's Python
+    # twin (tierkit_core.row_rules): one message, word for word.
+    make_args, _ = error_cases(entry)[case]
+    said = []
+    for device in ("cpu", "meta"):
+        x, params = make_args(device)
+        with pytest.raises(RuntimeError) as info:
+            op(ops, entry)(x, *params)
+        said.append(str(info.value).split("\n")[0])
+    assert said[0] == said[1]
+
+
 @ENTRIES
 def test_errors_with_grad_name_the_op_called(ops, entry):
     x = torch.ones(3, 4, requires_grad=True)

@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from tierkit_core import row_rules as rules
 from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS, RowReduction
 from tierkit_core.op_testing import evaluate_row, row_names
 
+from ._words import ask as _ask
 from ._words import dtype_name, one_of
 from .fake import _bound_on_first_call
 
@@ -112,10 +114,7 @@ def row_checks(torch: Any, accepted_dtypes: Sequence[str]) -> tuple[Callable[...
     accepted_text = one_of(list(accepted_dtypes))
 
     def check(op: str, entry: RowReduction, x: Any, params: Sequence[Any]) -> None:
-        if x.dim() == 0:
-            raise RuntimeError(
-                f"{op}: x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor"
-            )
+        _ask(torch, op, rules.x_rank(x.dim(), "the last is normalised", rules.TORCH))
         if x.dtype not in accepted:
             raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {dtype_name(x.dtype)}")
         for name, p in zip(entry.params, params):
@@ -125,12 +124,7 @@ def row_checks(torch: Any, accepted_dtypes: Sequence[str]) -> tuple[Callable[...
                 raise RuntimeError(f"{op}: {name}: expected device {x.device} (same as x), got {p.device}")
             if p.dtype not in accepted:  # any float dtype, as aten's: the output keeps x's
                 raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {dtype_name(p.dtype)}")
-            torch._check(
-                p.dim() == 1 and p.shape[0] == x.shape[-1],
-                lambda name=name, p=p: (
-                    f"{op}: {name}: expected shape [{x.shape[-1]}] (x's last dimension), got {list(p.shape)}"
-                ),
-            )
+            _ask(torch, op, rules.param_shape(name, p.shape, x.shape[-1], rules.TORCH))
 
     def same(op: str, t: Any, name: str, x: Any) -> None:
         if t.dtype != x.dtype:

@@ -1,8 +1,9 @@
 // What the row maps' kernels share (torch-cpu's CPU kernels, torch-cuda's
 // CUDA ones), for every entry of the kind (TIERKIT_ROW_MAPS): the argument
-// checks and their wording (torch-common's row_maps.map_checks says the
-// same for the fakes), the result dtype, and each table's strides over x's
-// leading dims (core's RowTables: 0 where it broadcasts).
+// checks (the roles' shape rules and wording are core's, tierkit/row_rules.h;
+// torch-common's row_maps.map_checks says the same for the fakes), the
+// result dtype, and each table's strides over x's leading dims (core's
+// RowTables: 0 where it broadcasts).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -11,6 +12,7 @@
 #include <cstddef>
 
 #include "tierkit/row_maps.h"
+#include "tierkit/row_rules.h"
 #include "tierkit_torch/checks.h"
 
 namespace tierkit_torch {
@@ -18,8 +20,9 @@ namespace tierkit_torch {
 template <typename Info, std::size_t N>
 void check_map(const char* op, const at::Tensor& x, const std::array<const at::Tensor*, N>& tables,
                c10::DeviceType device) {
+  namespace rules = tierkit::row_rules;
   check_defined(op, x, "x");
-  TORCH_CHECK(x.dim() >= 1, op, ": x: expected a tensor with at least one dimension, got a 0-d tensor");
+  core_check(op, [&] { rules::x_rank(x.dim(), nullptr, rules::kTorchWords); });
   check_first(op, x, "x", device);
   for (std::size_t i = 0; i < N; ++i) {
     const at::Tensor& t = *tables[i];
@@ -28,30 +31,18 @@ void check_map(const char* op, const at::Tensor& x, const std::array<const at::T
     TORCH_CHECK(t.device() == x.device(), op, ": ", name, ": expected device ", x.device(),
                 " (same as x), got ", t.device());
     check_dtype(op, t, name);
-    TORCH_CHECK(t.dim() >= 1, op, ": ", name,
-                ": expected a tensor with at least one dimension (its last is the rotary width r), got a 0-d "
-                "tensor");
+    core_check(op, [&] { rules::table_rank(name, t.dim(), rules::kTorchWords); });
   }
-  const char* first = Info::tables[0];
-  const auto r = tables[0]->sym_size(-1), d = x.sym_size(-1);
-  TORCH_CHECK(r % 2 == 0 && r <= d, op, ": ", first, ": expected a rotary width r = ", first,
-              ".size(-1) that is ", Info::width_rule, " (", d, "), got ", r);
+  std::array<c10::SymIntArrayRef, N> sizes;
+  std::array<const c10::SymIntArrayRef*, N> each;
   for (std::size_t i = 0; i < N; ++i) {
-    const at::Tensor& t = *tables[i];
-    TORCH_CHECK(t.sym_size(-1) == r, op, ": ", Info::tables[i], ": expected a last dimension of ", r,
-                " (the rotary width, ", first, "'s), got ", t.sym_size(-1));
-    bool ok = t.dim() <= x.dim();
-    for (int64_t k = 2; ok && k <= t.dim(); ++k) {
-      const auto s = t.sym_size(-k);
-      ok = s == 1 || s == x.sym_size(-k);
-    }
-    if (!ok) {
-      std::vector<c10::SymInt> want(x.sym_sizes().begin(), x.sym_sizes().end());
-      want.back() = r;
-      TORCH_CHECK(false, op, ": ", Info::tables[i], ": shape ", t.sym_sizes(),
-                  " does not broadcast against x[..., :", r, "] of shape ", c10::SymIntArrayRef(want));
-    }
+    sizes[i] = tables[i]->sym_sizes();
+    each[i] = &sizes[i];
   }
+  core_check(op, [&] {
+    rules::tables_fit(x.sym_sizes(), each.data(), Info::tables.data(), N, Info::width_rule,
+                      rules::kTorchWords);
+  });
 }
 
 // torch's promotion of x and the tables.

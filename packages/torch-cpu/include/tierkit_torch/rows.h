@@ -1,7 +1,8 @@
 // What the row reductions' kernels share (torch-cpu's CPU and Autograd
 // kernels, torch-cuda's CUDA ones), for every entry of the kind: the
-// argument checks and their wording, the eps default, the stats' shape and
-// dtype, and the mixed-dtype rule.
+// argument checks (the roles' shape rules and wording are core's,
+// tierkit/row_rules.h), the eps default, the stats' shape and dtype, and the
+// mixed-dtype rule.
 #pragma once
 
 #include <ATen/MemoryOverlap.h>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "tierkit/row_rules.h"
 #include "tierkit_torch/checks.h"
 #include "tierkit_torch/row_entry.h"
 
@@ -27,9 +29,9 @@ inline bool defined(const OptTensor& t) { return t && t->defined(); }
 // own: any backend's kernel then checks its device).
 inline void check_x(const char* op, const at::Tensor& x, c10::DeviceType device) {
   check_defined(op, x, "x");
-  TORCH_CHECK(
-      x.dim() >= 1, op,
-      ": x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
+  core_check(op, [&] {
+    tierkit::row_rules::x_rank(x.dim(), "the last is normalised", tierkit::row_rules::kTorchWords);
+  });
   check_first(op, x, "x", device);
 }
 
@@ -41,8 +43,9 @@ inline void check_param(const char* op, const at::Tensor& x, const OptTensor& pa
   TORCH_CHECK(p.device() == x.device(), op, ": ", name, ": expected device ", x.device(),
               " (same as x), got ", p.device());
   check_dtype(op, p, name);
-  TORCH_CHECK(p.dim() == 1 && p.sym_size(0) == x.sym_size(-1), op, ": ", name, ": expected shape [",
-              x.sym_size(-1), "] (x's last dimension), got ", p.sym_sizes());
+  core_check(op, [&] {
+    tierkit::row_rules::param_shape(name, p.sym_sizes(), x.sym_size(-1), tierkit::row_rules::kTorchWords);
+  });
 }
 
 template <typename E>
@@ -160,11 +163,13 @@ inline at::ScalarType stats_dtype(const at::Tensor& x) {
 // The stats a backward receives: the forward's shape and dtype for x.
 template <typename E>
 void check_stats(const char* op, const at::Tensor& stats, const at::Tensor& x, const Rows& r) {
-  TORCH_CHECK(
-      stats.scalar_type() == stats_dtype(x) && stats.numel() == r.rows * static_cast<int64_t>(E::kStats), op,
-      ": stats: expected ", r.rows * static_cast<int64_t>(E::kStats), " values of dtype ",
-      dtype_name(stats_dtype(x)), " (from ", E::forward_name(), "), got ", stats.numel(), " of ",
-      dtype_name(stats.scalar_type()));
+  if (stats.scalar_type() == stats_dtype(x) && stats.numel() == r.rows * static_cast<int64_t>(E::kStats))
+    return;
+  core_check(op, [&] {
+    tierkit::row_rules::stats(stats.numel(), dtype_name(stats.scalar_type()),
+                              r.rows * static_cast<int64_t>(E::kStats), dtype_name(stats_dtype(x)),
+                              E::forward_name());
+  });
 }
 
 }  // namespace tierkit_torch

@@ -1,0 +1,103 @@
+// The row ops' argument rules by role (op_table.RowArg: x, per-column
+// parameters, per-row tables, the saved stats), written once with their
+// wording: what each role's rank and shape must be. Every tier reads its own
+// tensors' sizes (int64, or torch's SymInt, which these templates compare
+// and print without asking for a concrete value, so a symbolic batch size
+// stays symbolic) and asks these; failures throw core's InvalidArgument,
+// which the bindings turn into their own errors prefixed with the op's name.
+// What is not shape (dtype: checks.h; device: the torch tiers) stays each
+// binding's. `Words` is how a binding names things: torch's tensors and
+// [2, 3], or numpy's arrays and (2, 3).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tierkit/error.h"
+#include "tierkit/view.h"
+
+namespace tierkit::row_rules {
+
+struct Words {
+  const char* noun;      // "tensor" / "array"
+  const char* zero_d;    // how a 0-d one is named after "got"
+  const char* last_dim;  // how Python spells a table's last size
+  ShapeStyle style;
+};
+inline constexpr Words kTorchWords{"tensor", "a 0-d tensor", ".size(-1)", ShapeStyle::List};
+inline constexpr Words kNumpyWords{"array", "a 0-d one", ".shape[-1]", ShapeStyle::Tuple};
+
+namespace detail {
+template <typename Sizes>
+auto last(const Sizes& s) {
+  return s[s.size() - 1];
+}
+template <typename Int>
+std::string one(const Int& n, ShapeStyle style) {
+  const Int sizes[1] = {n};
+  return shape_str(sizes, style);
+}
+}  // namespace detail
+
+// x: the rows, along its last dim. `why` (or nullptr): what that dim is for.
+inline void x_rank(std::int64_t rank, const char* why, const Words& w) {
+  if (rank >= 1) return;
+  fail("x: expected a", w.noun[0] == 'a' ? "n " : " ", w.noun, " with at least one dimension",
+       why ? std::string(" (") + why + ")" : std::string(), ", got ", w.zero_d);
+}
+
+// A per-column parameter (weight, bias): shape [x.size(-1)].
+template <typename Sizes, typename Int>
+void param_shape(const char* name, const Sizes& got, const Int& d, const Words& w) {
+  if (got.size() == 1 && got[0] == d) return;
+  fail(name, ": expected shape ", detail::one(d, w.style), " (x's last dimension), got ",
+       shape_str(got, w.style));
+}
+
+// Per-row tables [..., r], broadcast against x[..., :r]: each has a dim,
+// the first's last dim is the width r (`rule`: the entry's width_rule; even
+// is checked), every table has it, and each broadcasts against x's leading
+// dims without enlarging x. `names[i]` names tables[i].
+inline void table_rank(const char* name, std::int64_t rank, const Words& w) {
+  if (rank >= 1) return;
+  fail(name, ": expected a", w.noun[0] == 'a' ? "n " : " ", w.noun,
+       " with at least one dimension (its last is the width r), got ", w.zero_d);
+}
+template <typename Sizes, typename TableSizes>
+void tables_fit(const Sizes& x, const TableSizes* const* tables, const char* const* names, std::size_t n,
+                const char* rule, const Words& w) {
+  const auto r = detail::last(*tables[0]);
+  const auto d = detail::last(x);
+  if (!(r % 2 == 0 && r <= d))
+    fail(names[0], ": expected a width r = ", names[0], w.last_dim, " that is ", rule, " (", d, "), got ", r);
+  for (std::size_t i = 0; i < n; ++i) {
+    const TableSizes& t = *tables[i];
+    if (!(detail::last(t) == r))
+      fail(names[i], ": expected a last dimension of ", r, " (the width, ", names[0], "'s), got ",
+           detail::last(t));
+    bool ok = t.size() <= x.size();
+    for (std::size_t k = 2; ok && k <= t.size(); ++k) {
+      const auto s = t[t.size() - k];
+      ok = s == 1 || s == x[x.size() - k];
+    }
+    if (!ok) {
+      std::vector<std::decay_t<decltype(r)>> want(x.begin(), x.end());
+      want.back() = r;
+      fail(names[i], ": shape ", shape_str(t, w.style), " does not broadcast against x[..., :", r,
+           "] of shape ", shape_str(want, w.style));
+    }
+  }
+}
+
+// The stats a backward receives: `want` values of dtype `want_dtype`, as
+// the forward `from` saved them.
+template <typename Int>
+void stats(const Int& got, std::string_view got_dtype, const Int& want, std::string_view want_dtype,
+           const char* from) {
+  if (got == want && got_dtype == want_dtype) return;
+  fail("stats: expected ", want, " values of dtype ", want_dtype, " (from ", from, "), got ", got, " of ",
+       got_dtype);
+}
+
+}  // namespace tierkit::row_rules

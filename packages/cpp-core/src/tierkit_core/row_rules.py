@@ -1,0 +1,113 @@
+"""The row ops' argument rules by role, for Python callers (the torch tiers'
+fake kernels and the stable tier's autograd): the same rules and words as
+core's C++ ``tierkit/row_rules.h``, which the kernels ask; a test checks
+that both say the same for the same arguments.
+
+Each rule yields ``(ok, message)`` pairs in order, ``message`` a thunk:
+callers pass them to ``torch._check(ok, ...)`` (so a symbolic size is
+compared as torch compares it) or raise where ``ok`` is false. Sizes are
+any sequences of ints (or torch's SymInts); ``words`` is how the caller
+names things (``TORCH``: the only Python caller's; the numpy bridge asks
+the C++ rules). No torch here: core knows none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TORCH", "Words", "param_shape", "shape_str", "stats", "table_rank", "tables_fit", "x_rank"]
+
+Rule = Iterator[tuple[Any, Callable[[], str]]]
+
+
+@dataclass(frozen=True)
+class Words:
+    noun: str
+    zero_d: str
+    last_dim: str
+    tuples: bool  # (2, 3) as numpy prints a shape, else [2, 3]
+
+    @property
+    def a_noun(self) -> str:
+        return f"{'an' if self.noun[0] == 'a' else 'a'} {self.noun}"
+
+
+TORCH = Words("tensor", "a 0-d tensor", ".size(-1)", tuples=False)
+
+
+def shape_str(sizes: Sequence[Any], words: Words) -> str:
+    """A shape as core's shape_str spells it: [2, 3], or (2, 3) and (3,)."""
+    inner = ", ".join(str(s) for s in sizes)
+    if not words.tuples:
+        return f"[{inner}]"
+    return f"({inner},)" if len(sizes) == 1 else f"({inner})"
+
+
+def x_rank(rank: int, why: str | None, words: Words) -> Rule:
+    """x: the rows, along its last dim; `why`: what that dim is for."""
+    reason = f" ({why})" if why else ""
+    yield (
+        rank >= 1,
+        lambda: f"x: expected {words.a_noun} with at least one dimension{reason}, got {words.zero_d}",
+    )
+
+
+def param_shape(name: str, got: Sequence[Any], d: Any, words: Words) -> Rule:
+    """A per-column parameter (weight, bias): shape [x.size(-1)]."""
+    yield (
+        len(got) == 1 and got[0] == d,
+        lambda: (
+            f"{name}: expected shape {shape_str([d], words)} (x's last dimension), got {shape_str(got, words)}"
+        ),
+    )
+
+
+def table_rank(name: str, rank: int, words: Words) -> Rule:
+    yield (
+        rank >= 1,
+        lambda: (
+            f"{name}: expected {words.a_noun} with at least one dimension (its last is the width r), got "
+            f"{words.zero_d}"
+        ),
+    )
+
+
+def tables_fit(
+    x: Sequence[Any], tables: Sequence[Sequence[Any]], names: Sequence[str], rule: str, words: Words
+) -> Rule:
+    """Per-row tables [..., r]: the first's last dim is the width r (even,
+    and `rule`), every table has it, and each broadcasts against x's
+    leading dims without enlarging x."""
+    r, d, first = tables[0][-1], x[-1], names[0]
+    yield (
+        r % 2 == 0 and r <= d,
+        lambda: f"{first}: expected a width r = {first}{words.last_dim} that is {rule} ({d}), got {r}",
+    )
+    for name, t in zip(names, tables):
+
+        def other_width(name: str = name, t: Sequence[Any] = t) -> str:
+            return f"{name}: expected a last dimension of {r} (the width, {first}'s), got {t[-1]}"
+
+        def no_broadcast(name: str = name, t: Sequence[Any] = t) -> str:
+            return (
+                f"{name}: shape {shape_str(list(t), words)} does not broadcast against "
+                f"x[..., :{r}] of shape {shape_str([*x[:-1], r], words)}"
+            )
+
+        yield t[-1] == r, other_width
+        yield (
+            len(t) <= len(x) and all(s == 1 or s == xs for s, xs in zip(reversed(t[:-1]), reversed(x[:-1]))),
+            no_broadcast,
+        )
+
+
+def stats(got: int, got_dtype: str, want: int, want_dtype: str, source: str) -> Rule:
+    """The stats a backward receives: as the forward `source` saved them."""
+    yield (
+        got == want and got_dtype == want_dtype,
+        lambda: (
+            f"stats: expected {want} values of dtype {want_dtype} (from {source}), got {got} of {got_dtype}"
+        ),
+    )

@@ -1,0 +1,53 @@
+"""core's Python row rules (tierkit_core.row_rules) say what its C++ rules
+say (tests/test_row_rules.cpp holds the same texts in torch's words)."""
+
+from __future__ import annotations
+
+from tierkit_core import row_rules as rules
+
+
+def refusal(rule) -> str:
+    for ok, message in rule:
+        if not ok:
+            return message()
+    return ""
+
+
+def fit(x, a, b):
+    return refusal(rules.tables_fit(x, [a, b], ["cos", "sin"], "even, at most x.size(-1)", rules.TORCH))
+
+
+def test_x_needs_a_dimension():
+    assert refusal(rules.x_rank(1, "the last is normalised", rules.TORCH)) == ""
+    assert refusal(rules.x_rank(0, "the last is normalised", rules.TORCH)) == (
+        "x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor"
+    )
+
+
+def test_a_parameter_is_one_column_long():
+    assert refusal(rules.param_shape("weight", [4], 4, rules.TORCH)) == ""
+    assert refusal(rules.param_shape("weight", [5], 4, rules.TORCH)) == (
+        "weight: expected shape [4] (x's last dimension), got [5]"
+    )
+
+
+def test_tables_share_an_even_width_and_broadcast():
+    assert fit([2, 5, 8], [5, 8], [1, 5, 8]) == ""
+    assert fit([2, 5, 8], [5, 4], [5, 4]) == ""
+    assert fit([2, 5, 8], [5, 7], [5, 7]) == (
+        "cos: expected a width r = cos.size(-1) that is even, at most x.size(-1) (8), got 7"
+    )
+    assert fit([2, 5, 8], [5, 8], [5, 6]) == "sin: expected a last dimension of 8 (the width, cos's), got 6"
+    assert fit([2, 5, 8], [4, 8], [5, 8]) == (
+        "cos: shape [4, 8] does not broadcast against x[..., :8] of shape [2, 5, 8]"
+    )
+    assert refusal(rules.table_rank("cos", 0, rules.TORCH)) == (
+        "cos: expected a tensor with at least one dimension (its last is the width r), got a 0-d tensor"
+    )
+
+
+def test_stats_are_what_the_forward_saved():
+    assert refusal(rules.stats(6, "float32", 6, "float32", "_f")) == ""
+    assert refusal(rules.stats(5, "float64", 6, "float32", "_f")) == (
+        "stats: expected 6 values of dtype float32 (from _f), got 5 of float64"
+    )

@@ -1,0 +1,70 @@
+// The row ops' role rules (tierkit/row_rules.h): what each accepts and the
+// words it refuses with, in torch's and numpy's spelling. The torch tiers'
+// suites check that the Python twin (tierkit_core.row_rules) says the same.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tierkit/row_rules.h"
+
+namespace {
+namespace rules = tierkit::row_rules;
+using Sizes = std::vector<std::int64_t>;
+
+template <typename F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const tierkit::InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RowRules, XNeedsADimension) {
+  EXPECT_EQ(refusal([] { rules::x_rank(1, "the last is normalised", rules::kTorchWords); }), "");
+  EXPECT_EQ(refusal([] { rules::x_rank(0, "the last is normalised", rules::kTorchWords); }),
+            "x: expected a tensor with at least one dimension (the last is normalised), got a 0-d tensor");
+  EXPECT_EQ(refusal([] { rules::x_rank(0, nullptr, rules::kNumpyWords); }),
+            "x: expected an array with at least one dimension, got a 0-d one");
+}
+
+TEST(RowRules, AParameterIsOneColumnLong) {
+  EXPECT_EQ(refusal([] { rules::param_shape("weight", Sizes{4}, std::int64_t{4}, rules::kTorchWords); }), "");
+  EXPECT_EQ(refusal([] { rules::param_shape("weight", Sizes{5}, std::int64_t{4}, rules::kTorchWords); }),
+            "weight: expected shape [4] (x's last dimension), got [5]");
+  EXPECT_EQ(refusal([] { rules::param_shape("bias", Sizes{2, 2}, std::int64_t{4}, rules::kNumpyWords); }),
+            "bias: expected shape (4,) (x's last dimension), got (2, 2)");
+}
+
+std::string fit(const Sizes& x, const Sizes& a, const Sizes& b, const rules::Words& w = rules::kTorchWords) {
+  const Sizes* tables[2] = {&a, &b};
+  const char* names[2] = {"cos", "sin"};
+  return refusal([&] { rules::tables_fit(x, tables, names, 2, "even, at most x.size(-1)", w); });
+}
+
+TEST(RowRules, TablesShareAnEvenWidthAndBroadcast) {
+  EXPECT_EQ(fit({2, 5, 8}, {5, 8}, {1, 5, 8}), "");
+  EXPECT_EQ(fit({2, 5, 8}, {5, 4}, {5, 4}), "");  // a partial width (Phi-3)
+  EXPECT_EQ(fit({2, 5, 8}, {5, 7}, {5, 7}),
+            "cos: expected a width r = cos.size(-1) that is even, at most x.size(-1) (8), got 7");
+  EXPECT_EQ(fit({2, 5, 8}, {5, 10}, {5, 10}, rules::kNumpyWords),
+            "cos: expected a width r = cos.shape[-1] that is even, at most x.size(-1) (8), got 10");
+  EXPECT_EQ(fit({2, 5, 8}, {5, 8}, {5, 6}), "sin: expected a last dimension of 8 (the width, cos's), got 6");
+  EXPECT_EQ(fit({2, 5, 8}, {4, 8}, {5, 8}),
+            "cos: shape [4, 8] does not broadcast against x[..., :8] of shape [2, 5, 8]");
+  EXPECT_EQ(fit({2, 5, 8}, {5, 4}, {3, 2, 5, 4}, rules::kNumpyWords),
+            "sin: shape (3, 2, 5, 4) does not broadcast against x[..., :4] of shape (2, 5, 4)");
+  EXPECT_EQ(refusal([] { rules::table_rank("cos", 0, rules::kTorchWords); }),
+            "cos: expected a tensor with at least one dimension (its last is the width r), got a 0-d tensor");
+}
+
+TEST(RowRules, StatsAreWhatTheForwardSaved) {
+  EXPECT_EQ(refusal([] { rules::stats(std::int64_t{6}, "float32", std::int64_t{6}, "float32", "_f"); }), "");
+  EXPECT_EQ(refusal([] { rules::stats(std::int64_t{5}, "float64", std::int64_t{6}, "float32", "_f"); }),
+            "stats: expected 6 values of dtype float32 (from _f), got 5 of float64");
+}
+
+}  // namespace
