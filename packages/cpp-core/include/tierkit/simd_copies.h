@@ -47,34 +47,24 @@ struct VecTypes {
 // The widths. `to`/`from`: a vector's worth of 16-bit values to floats and
 // back (simd_convert.h); `gather`: an op's inner table at a vector of 16-bit
 // patterns; `stream_line`: one 64-byte line around the cache.
-struct Width256 : VecTypes<kLanes256> {
-  static constexpr std::int64_t kLanes = kLanes256;
-  static constexpr bool kNativeBf16 = false;
-  template <typename T>
-  static void to(const T* in, float* out) {
-    to_floats_256(in, out);
-  }
-  template <typename T>
-  static void from(const float* in, T* out) {
-    from_floats_256(in, out);
-  }
-  static void gather(const void* in, const float* table, float* out) { gather_256(in, table, out); }
-  static void stream_line(const void* from, void* to) { stream_line_256(from, to); }
-};
-struct Width512 : VecTypes<kLanes512> {
-  static constexpr std::int64_t kLanes = kLanes512;
-  static constexpr bool kNativeBf16 = false;
-  template <typename T>
-  static void to(const T* in, float* out) {
-    to_floats_512(in, out);
-  }
-  template <typename T>
-  static void from(const float* in, T* out) {
-    from_floats_512(in, out);
-  }
-  static void gather(const void* in, const float* table, float* out) { gather_512(in, table, out); }
-  static void stream_line(const void* from, void* to) { stream_line_512(from, to); }
-};
+#define TIERKIT_WIDTH(NAME, LANES, SUFFIX)                                                                  \
+  struct NAME : VecTypes<LANES> {                                                                           \
+    static constexpr std::int64_t kLanes = LANES;                                                           \
+    static constexpr bool kNativeBf16 = false;                                                              \
+    template <typename T>                                                                                   \
+    static void to(const T* in, float* out) {                                                               \
+      to_floats_##SUFFIX(in, out);                                                                          \
+    }                                                                                                       \
+    template <typename T>                                                                                   \
+    static void from(const float* in, T* out) {                                                             \
+      from_floats_##SUFFIX(in, out);                                                                        \
+    }                                                                                                       \
+    static void gather(const void* in, const float* table, float* out) { gather_##SUFFIX(in, table, out); } \
+    static void stream_line(const void* from, void* to) { stream_line_##SUFFIX(from, to); }                 \
+  };
+TIERKIT_WIDTH(Width256, kLanes256, 256)
+TIERKIT_WIDTH(Width512, kLanes512, 512)
+#undef TIERKIT_WIDTH
 // AVX-512 where bfloat16 rounds in one instruction (VCVTNEPS2BF16).
 struct Width512Bf16 : Width512 {
   static constexpr bool kNativeBf16 = true;
