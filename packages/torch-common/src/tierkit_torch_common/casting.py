@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS, CastingMode, RowReduction
 
-from .rows import _split, compute_dtype, row_checks
+from .row_ops import row_op_checks
+from .rows import _split, compute_dtype
 
 __all__ = ["arrange", "casting_mode", "register_row_casting"]
 
@@ -78,7 +79,7 @@ def register_row_casting(
     a bad argument is named as the plain op names it), and their batch rules.
     ``composites=False``: the namespace's library registers the composites
     itself (tierkit::, in C++: csrc/row_casting.cpp), only the batch rules here."""
-    check, same = row_checks(torch, accepted_dtypes)
+    check, same = row_op_checks(torch, accepted_dtypes)
     ops = getattr(torch.ops, ns)
 
     for entry in ROW_REDUCTIONS:

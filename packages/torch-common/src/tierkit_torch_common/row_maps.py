@@ -19,27 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from tierkit_core import row_rules as rules
 from tierkit_core.op_table import ROW_MAPS, RowMap
 
-from ._words import ask as _ask
-from ._words import dtype_name, one_of
-from .fake import _bound_on_first_call
+from .row_ops import row_op_checks
 
 __all__ = [
     "formulas",
-    "map_checks",
+    "register_row_map_sharding",
     "register_row_maps",
-    "row_map_faces",
 ]
-
-
-def result_dtype(torch: Any, x: Any, tables: Sequence[Any]) -> Any:
-    """torch's promotion of x and the tables (every one a tensor of at least one dim)."""
-    dtype = x.dtype
-    for t in tables:
-        dtype = torch.promote_types(dtype, t.dtype)
-    return dtype
 
 
 # ---- the formulas over torch ------------------------------------------------------
@@ -113,28 +101,6 @@ def gradients(
 # ---- checks -------------------------------------------------------------------------
 
 
-def map_checks(torch: Any, accepted_dtypes: Sequence[str]) -> Callable[..., None]:
-    """``check(op, entry, x, tables)``: the kind's argument rules, with the C++
-    kernels' messages (torch-cpu's include/tierkit_torch/row_maps.h)."""
-    accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
-    accepted_text = one_of(list(accepted_dtypes))
-
-    def check(op: str, entry: RowMap, x: Any, tables: Sequence[Any]) -> None:
-        _ask(torch, op, rules.x_rank(x.dim(), None, rules.TORCH))
-        if x.dtype not in accepted:
-            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {dtype_name(x.dtype)}")
-        for name, t in zip(entry.tables, tables):
-            if t.device != x.device:
-                raise RuntimeError(f"{op}: {name}: expected device {x.device} (same as x), got {t.device}")
-            if t.dtype not in accepted:
-                raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {dtype_name(t.dtype)}")
-            _ask(torch, op, rules.table_rank(name, t.dim(), rules.TORCH))
-        sizes = [t.shape for t in tables]
-        _ask(torch, op, rules.tables_fit(x.shape, sizes, entry.tables, entry.width_rule, rules.TORCH))
-
-    return check
-
-
 # ---- registrations -------------------------------------------------------------------
 
 
@@ -206,10 +172,10 @@ def _function(torch: Any, ns: str, entry: RowMap) -> type:
 def register_row_maps(
     torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any, autograd: bool = True
 ) -> None:
-    """Fakes, autograd and vmap rules for every row map in `ns` (kernels: the
-    tier's). ``autograd=False``: the namespace's library has its own
-    (tierkit::'s, in C++: csrc/row_map_autograd.cpp), only fakes and vmap here."""
-    check = map_checks(torch, accepted_dtypes)
+    """Autograd and vmap rules for every row map in `ns` (kernels: the
+    tier's; fakes: row_ops). ``autograd=False``: the namespace's library has
+    its own (tierkit::'s, in C++: csrc/row_map_autograd.cpp), only vmap here."""
+    check, _ = row_op_checks(torch, accepted_dtypes)
     ops = getattr(torch.ops, ns)
     with_autograd = autograd
     for entry in ROW_MAPS:
@@ -219,21 +185,6 @@ def register_row_maps(
         backward_op = getattr(ops, entry.backward_name).default
         name = f"{ns}::{entry.name}"
         bname = f"{ns}::{entry.backward_name}"
-
-        def fake(x, *rest, _e=entry, _n=n, _name=name):
-            tables = rest[:_n]
-            check(_name, _e, x, tables)
-            return x.new_empty(x.shape, dtype=result_dtype(torch, x, tables))
-
-        def fake_backward(grad, *rest, _e=entry, _n=n, _name=bname):
-            tables = rest[:_n]
-            check(_name, _e, grad, tables)
-            # As the kernels: the promotion of grad and the tables (a float32
-            # table makes a bfloat16 grad's gradient float32).
-            return grad.new_empty(grad.shape, dtype=result_dtype(torch, grad, tables))
-
-        torch.library.register_fake(name, fake, lib=lib)
-        torch.library.register_fake(bname, fake_backward, lib=lib)
 
         def autograd_kernel(x, *rest, _e=entry, _n=n, _fn=fn, _op=op, _name=name, **kwargs):
             args = _positional(_e, rest, kwargs)
@@ -321,40 +272,3 @@ def register_row_map_sharding(torch: Any, ns: str) -> None:
 
         on(getattr(ops, entry.name).default)(strategy)
         on(getattr(ops, entry.backward_name).default)(strategy)
-
-
-# ---- typed faces ----------------------------------------------------------------------
-
-_FACE = """\
-def {name}({params}):
-    return overload({args})
-"""
-
-
-def row_map_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
-    """The typed face of every row map over ``ops`` (torch.ops.<ns>)."""
-    faces: dict[str, Callable[..., Any]] = {}
-    for entry in ROW_MAPS:
-        params = ", ".join(["x", *entry.tables, *(f"{f}={d!r}" for f, d in entry.flags)])
-        args = ", ".join(["x", *entry.tables, *(f for f, _ in entry.flags)])
-        scope: dict[str, Any] = {}
-        scope["overload"] = _bound_on_first_call(scope, "overload", ops, entry.name, "default")
-        exec(
-            compile(
-                _FACE.format(name=entry.name, params=params, args=args),
-                f"<tierkit op table: {entry.name}>",
-                "exec",
-            ),
-            scope,
-        )
-        face = scope[entry.name]
-        face.__doc__ = (
-            f"``{entry.schema}``: {entry.doc}.\n\nr = {entry.tables[0]}.size(-1) must be {entry.width_rule}; "
-            f"{' and '.join(entry.tables)} have r columns and broadcast against x[..., :r] (e.g. [seq, r] "
-            "against [batch, heads, seq, head_dim]). The output has torch's promotion of the inputs' dtypes "
-            "(16-bit inputs computed in float32 and rounded once). Differentiable in every tensor, in reverse "
-            "and forward mode; x's gradient is the transposed rotation."
-        )
-        face.__module__ = prefix + ".ops"
-        faces[entry.name] = face
-    return faces

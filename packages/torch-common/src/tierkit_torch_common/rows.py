@@ -11,26 +11,18 @@ receives it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any
 
-from tierkit_core import row_rules as rules
-from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS, RowReduction
+from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
 from tierkit_core.op_testing import evaluate_row, row_names
-
-from ._words import ask as _ask
-from ._words import dtype_name, one_of
-from .fake import _bound_on_first_call
 
 __all__ = [
     "compute_dtype",
     "default_eps",
     "gradients",
     "reference",
-    "register_row_fakes",
     "register_row_sharding",
     "register_row_vmap",
-    "row_checks",
-    "row_faces",
 ]
 
 
@@ -99,176 +91,6 @@ def normalized(torch: Any, entry: RowReduction, x: Any, stats: Any) -> Any:
     names: dict[str, Any] = {n: stats[..., i : i + 1] for i, n in enumerate(entry.stats)}
     names["x"] = x
     return eval(compile(entry.normalized, f"<{entry.name} x-hat>", "eval"), {"__builtins__": {}}, names)
-
-
-# ---- checks -------------------------------------------------------------------
-
-
-def row_checks(torch: Any, accepted_dtypes: Sequence[str]) -> tuple[Callable[..., None], Callable[..., None]]:
-    """The row reductions' argument checks, with the C++ kernels' messages
-    (torch-cpu's include/tierkit_torch/rows.h): ``check(op, entry, x,
-    params)`` and ``same(op, t, name, x)`` (t has x's dtype and shape). The
-    fake kernels use them, and so does the stable tier's Python autograd,
-    which must refuse a bad call before its differentiable path runs."""
-    accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
-    accepted_text = one_of(list(accepted_dtypes))
-
-    def check(op: str, entry: RowReduction, x: Any, params: Sequence[Any]) -> None:
-        _ask(torch, op, rules.x_rank(x.dim(), "the last is normalised", rules.TORCH))
-        if x.dtype not in accepted:
-            raise RuntimeError(f"{op}: x: expected dtype {accepted_text}, got {dtype_name(x.dtype)}")
-        for name, p in zip(entry.params, params):
-            if p is None:
-                continue
-            if p.device != x.device:
-                raise RuntimeError(f"{op}: {name}: expected device {x.device} (same as x), got {p.device}")
-            if p.dtype not in accepted:  # any float dtype, as aten's: the output keeps x's
-                raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {dtype_name(p.dtype)}")
-            _ask(torch, op, rules.param_shape(name, p.shape, x.shape[-1], rules.TORCH))
-
-    def same(op: str, t: Any, name: str, x: Any) -> None:
-        if t.dtype != x.dtype:
-            raise RuntimeError(
-                f"{op}: {name}: expected dtype {dtype_name(x.dtype)} (same as x), got {dtype_name(t.dtype)}"
-            )
-        torch._check(
-            t.shape == x.shape,
-            lambda: f"{op}: {name}: expected shape {list(x.shape)} (same as x), got {list(t.shape)}",
-        )
-
-    return check, same
-
-
-# ---- fakes --------------------------------------------------------------------
-
-
-def register_row_fakes(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None) -> None:
-    """Fake kernels for every overload of every row reduction in `ns`, with the
-    C++ kernels' checks and messages: outputs contiguous in x's dtype, the
-    stats of x's leading dims and the entry's count, in float32 (float64 for
-    float64 x), each parameter's gradient like the parameter (empty when absent)."""
-    check, same = row_checks(torch, accepted_dtypes)
-
-    def fresh(x: Any) -> Any:
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-
-    for entry in ROW_REDUCTIONS:
-
-        def op(x: Any, *rest: Any, _e: RowReduction = entry) -> Any:
-            check(f"{ns}::{_e.name}", _e, x, _split(rest, len(_e.params))[0])
-            return fresh(x)
-
-        def add(x: Any, residual: Any, *rest: Any, _e: RowReduction = entry) -> Any:
-            check(f"{ns}::{_e.add_name}", _e, x, _split(rest, len(_e.params))[0])
-            same(f"{ns}::{_e.add_name}", residual, "residual", x)
-            return fresh(x), fresh(x)
-
-        def add_(x: Any, residual: Any, *rest: Any, _e: RowReduction = entry) -> Any:
-            check(f"{ns}::{_e.add_name}_", _e, x, _split(rest, len(_e.params))[0])
-            same(f"{ns}::{_e.add_name}_", residual, "residual", x)
-            return fresh(x)
-
-        def forward(x: Any, *rest: Any, _e: RowReduction = entry) -> Any:
-            check(f"{ns}::{_e.forward_name}", _e, x, _split(rest, len(_e.params))[0])
-            dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-            return fresh(x), x.new_empty((*x.shape[:-1], len(_e.stats)), dtype=dtype)
-
-        def backward(grad: Any, x: Any, *rest: Any, _e: RowReduction = entry) -> Any:
-            params = _split(rest, len(_e.params))[0]
-            check(f"{ns}::{_e.backward_name}", _e, x, params)
-            same(f"{ns}::{_e.backward_name}", grad, "grad", x)
-            grads = [torch.empty_like(q) if q is not None else x.new_empty((0,)) for q in params]
-            return (fresh(x), *grads)
-
-        kernels = {entry.name: op, entry.forward_name: forward, entry.backward_name: backward}
-        if entry.fused_add:
-            kernels.update({entry.add_name: add, entry.add_name + "_": add_})
-        for name, fn in kernels.items():
-            torch.library.register_fake(f"{ns}::{name}", fn, lib=lib)
-
-
-# ---- typed faces --------------------------------------------------------------
-
-_FACE = """\
-def {name}({params}):
-    return overload({args})
-"""
-
-# An entry with casting modes: the plain overload unless a mode or an offset is asked for.
-_CASTING_FACE = """\
-def {name}({params}, *, offset=0.0, casting_mode="aten"):
-    if casting_mode == "aten" and offset == 0.0:
-        return overload({args})
-    return casting({args}, offset=offset, casting_mode=casting_mode)
-"""
-
-_CASTING_RULES = """
-
-``offset`` (added to the weight) and ``casting_mode`` say how the weight
-applies and where results round, by the convention a model was trained with:
-{modes}."""
-
-_KIND_RULES = """
-
-Over the last dimension. ``eps`` defaults to {eps}. 16-bit inputs are
-accumulated in float32; each row is reduced in one fixed order
-(bit-identical results for any thread count and SIMD level).
-{params_text} may have any float dtype (aten's rule: computed in float32, or
-float64 where x or one of them is; the output in x's dtype, each gradient in
-its input's). Differentiable in {differentiable}, in reverse and forward mode."""
-
-
-def row_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
-    """The typed face of every public overload of every row reduction over
-    ``ops`` (torch.ops.<ns>): ``name(x, [residual,] weight=None, [bias=None,] eps=...)``."""
-    faces: dict[str, Callable[..., Any]] = {}
-    for entry in ROW_REDUCTIONS:
-        eps_default = "None" if entry.eps is None else repr(entry.eps)
-        params = ", ".join(f"{p}=None" for p in entry.params) + f", eps={eps_default}"
-        names = ", ".join((*entry.params, "eps"))
-        eps_text = "torch's (the compute type's machine epsilon)" if entry.eps is None else repr(entry.eps)
-        params_text = " and ".join(f"``{p}``" for p in entry.params)
-        rules = _KIND_RULES.format(
-            eps=eps_text,
-            params_text=params_text[0].upper() + params_text[1:],
-            differentiable=", ".join(("``x``", *(f"``{p}``" for p in entry.params))),
-        )
-        overloads = [(entry.name, "x", f"``{entry.schema}``: {entry.doc}." + rules)]
-        if entry.fused_add:
-            overloads.append(
-                (
-                    entry.add_name,
-                    "x, residual",
-                    f"``({entry.name}(h, ...), h)`` with ``h = x + residual`` rounded to the dtype, as a model "
-                    "computing ``x + residual`` itself would; one pass over memory. Differentiable in every "
-                    "tensor.",
-                )
-            )
-            overloads.append(
-                (
-                    entry.add_name + "_",
-                    "x, residual",
-                    f"In place (vLLM's in-place fused add): ``residual`` becomes ``h = x + residual``; "
-                    f"returns ``{entry.name}(h, ...)``. Not differentiable (it writes into ``residual``); "
-                    "functionalized under ``torch.compile``.",
-                )
-            )
-        for name, lead, doc in overloads:
-            template = _CASTING_FACE if entry.casting else _FACE
-            source = template.format(name=name, params=f"{lead}, {params}", args=f"{lead}, {names}")
-            scope: dict[str, Any] = {}
-            # Bound on first call: the JIT build loads the library after import.
-            scope["overload"] = _bound_on_first_call(scope, "overload", ops, name, "default")
-            if entry.casting:
-                scope["casting"] = _bound_on_first_call(scope, "casting", ops, name, "casting")
-                modes = "; ".join(f'``"{m.name}"``: {m.doc}' for m in CASTING_MODES)
-                doc += _CASTING_RULES.format(modes=modes)
-            exec(compile(source, f"<tierkit op table: {name}>", "exec"), scope)
-            face = scope[name]
-            face.__doc__ = doc
-            face.__module__ = prefix + ".ops"
-            faces[name] = face
-    return faces
 
 
 # ---- vmap ---------------------------------------------------------------------

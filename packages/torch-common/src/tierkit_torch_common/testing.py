@@ -138,11 +138,10 @@ def compiled_faces_frames(namespace: str, late: bool) -> list[int]:
     from torch._dynamo.testing import CompileCounter
 
     from .fake import typed_faces
-    from .row_maps import row_map_faces
-    from .rows import row_faces
+    from .row_ops import row_op_faces
 
     ops = _LoadedLater(namespace) if late else getattr(torch.ops, namespace)
-    faces = {**typed_faces(torch, ops, "t"), **row_faces(ops, "t"), **row_map_faces(ops, "t")}
+    faces = {**typed_faces(torch, ops, "t"), **row_op_faces(ops, "t")}
     if late:
         ops.loaded = True
     gen = torch.Generator().manual_seed(3)

@@ -18,7 +18,7 @@ import torch
 from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
 from tierkit_torch_common.row_maps import register_row_maps
-from tierkit_torch_common.rows import register_row_fakes
+from tierkit_torch_common.row_ops import register_row_op_fakes
 
 from . import _rows, _sharding, _vmap
 
@@ -34,7 +34,7 @@ def register() -> None:
     # The accepted dtypes come from core's dtype table, through the C++ library.
     accepted = list(torch.ops.tierkit._accepted_dtypes())
     register_fake_kernels(torch, "tierkit", accepted)
-    register_row_fakes(torch, "tierkit", accepted)
+    register_row_op_fakes(torch, "tierkit", accepted)
     _lib = torch.library.Library("tierkit", "IMPL")
     register_row_casting(torch, "tierkit", accepted, _lib, composites=False)  # the composites: C++
     register_row_maps(torch, "tierkit", accepted, _lib, autograd=False)  # fakes, vmap; autograd: C++

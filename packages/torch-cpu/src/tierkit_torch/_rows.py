@@ -8,11 +8,12 @@ C++ (csrc/row_ops.cpp, csrc/row_autograd.cpp). See docs/reductions.md.
 from __future__ import annotations
 
 import torch
-from tierkit_torch_common.row_maps import register_row_map_sharding, row_map_faces
-from tierkit_torch_common.rows import register_row_sharding, register_row_vmap, row_faces
+from tierkit_torch_common.row_maps import register_row_map_sharding
+from tierkit_torch_common.row_ops import row_op_faces
+from tierkit_torch_common.rows import register_row_sharding, register_row_vmap
 
 # Both row kinds' faces: the reductions' and the maps'.
-FACES = {**row_faces(torch.ops.tierkit, "tierkit_torch"), **row_map_faces(torch.ops.tierkit, "tierkit_torch")}
+FACES = row_op_faces(torch.ops.tierkit, "tierkit_torch")
 
 
 def register_vmap() -> None:

@@ -9,7 +9,7 @@ import torch
 from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
 from tierkit_torch_common.row_maps import register_row_maps
-from tierkit_torch_common.rows import register_row_fakes
+from tierkit_torch_common.row_ops import register_row_op_fakes
 
 from . import _autograd, _composite, _rows
 
@@ -25,7 +25,7 @@ def register() -> None:
     # The accepted dtypes come from core's dtype table, through the C++ library.
     accepted = list(torch.ops.tierkit_stable._accepted_dtypes())
     register_fake_kernels(torch, "tierkit_stable", accepted, lib=_lib)
-    register_row_fakes(torch, "tierkit_stable", accepted)
+    register_row_op_fakes(torch, "tierkit_stable", accepted)
     register_row_casting(torch, "tierkit_stable", accepted, _lib)
     register_row_maps(torch, "tierkit_stable", accepted, _lib)  # the row maps' fakes, autograd and vmap
     _autograd.register(_lib)

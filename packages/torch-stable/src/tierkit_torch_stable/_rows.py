@@ -18,15 +18,8 @@ from typing import Any
 
 import torch
 from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
-from tierkit_torch_common.row_maps import row_map_faces
-from tierkit_torch_common.rows import (
-    default_eps,
-    gradients,
-    reference,
-    register_row_vmap,
-    row_checks,
-    row_faces,
-)
+from tierkit_torch_common.row_ops import row_op_checks, row_op_faces
+from tierkit_torch_common.rows import default_eps, gradients, reference, register_row_vmap
 
 from ._autograd import _derivative_needed, in_place_kernels
 
@@ -62,7 +55,7 @@ def _checks() -> tuple:
     loaded library."""
     global _CHECKS
     if _CHECKS is None:
-        _CHECKS = row_checks(torch, list(_ops._accepted_dtypes()))
+        _CHECKS = row_op_checks(torch, list(_ops._accepted_dtypes()))
     return _CHECKS
 
 
@@ -223,4 +216,4 @@ def register(lib: torch.library.Library) -> None:
 
 
 # Both row kinds' faces (the maps': torch-common's row_maps); tierkit_torch_stable.ops re-exports them.
-FACES = {**row_faces(_ops, "tierkit_torch_stable"), **row_map_faces(_ops, "tierkit_torch_stable")}
+FACES = row_op_faces(_ops, "tierkit_torch_stable")

@@ -1,0 +1,265 @@
+"""The row ops' Python adapter, one for every entry of the op table's
+``ROW_OPS`` in any namespace that defines them (``tierkit``,
+``tierkit_stable``), driven by each entry's argument roles (``RowArg``): the
+argument checks (core's rules and words, ``tierkit_core.row_rules``), the
+fake kernels of every overload, and the typed faces. What is still per code
+path (the reductions' vmap and sharding rules in ``rows.py``; the maps'
+autograd, vmap and sharding in ``row_maps.py``) is called from the tiers
+beside it. torch is imported by the caller, this module only receives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable
+
+from tierkit_core import row_rules as rules
+from tierkit_core.op_table import CASTING_MODES, ROW_OPS, RowOp
+
+from ._words import ask, dtype_name, one_of
+from .fake import _bound_on_first_call
+
+__all__ = ["register_row_op_fakes", "result_dtype", "row_op_checks", "row_op_faces", "tensor_args"]
+
+
+def tensor_args(entry: RowOp) -> tuple[str, ...]:
+    """The entry's tensors after x, in schema order (its parameters or its tables)."""
+    return tuple(a.name for a in entry.args if a.role in ("param", "table"))
+
+
+def result_dtype(torch: Any, x: Any, tables: Sequence[Any]) -> Any:
+    """torch's promotion of x and the tables (every one a tensor of at least one dim)."""
+    dtype = x.dtype
+    for t in tables:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+def _result_dtype(torch: Any, entry: RowOp, x: Any, tensors: Sequence[Any]) -> Any:
+    """x's dtype (a reduction: aten's norms' rule), or torch's promotion of x
+    and the tables (a linear map)."""
+    return x.dtype if entry.saves == "stats" else result_dtype(torch, x, tensors)
+
+
+# ---- checks ---------------------------------------------------------------------
+
+
+def row_op_checks(
+    torch: Any, accepted_dtypes: Sequence[str]
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The row ops' argument checks with the C++ kernels' messages:
+    ``check(op, entry, x, tensors)`` (`tensors`: the entry's ``tensor_args``,
+    None for an absent parameter) and ``same(op, t, name, x)`` (t has x's
+    dtype and shape: a residual, a grad). The fake kernels use them, and so
+    does the stable tier's Python autograd, which must refuse a bad call
+    before its differentiable path runs."""
+    accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
+    accepted_text = one_of(list(accepted_dtypes))
+
+    def dtype(op: str, name: str, t: Any) -> None:
+        if t.dtype not in accepted:  # any float dtype, as aten's: the output keeps x's
+            raise RuntimeError(f"{op}: {name}: expected dtype {accepted_text}, got {dtype_name(t.dtype)}")
+
+    def check(op: str, entry: RowOp, x: Any, tensors: Sequence[Any]) -> None:
+        why = "the last is normalised" if entry.saves == "stats" else None
+        ask(torch, op, rules.x_rank(x.dim(), why, rules.TORCH))
+        dtype(op, "x", x)
+        roles = [a for a in entry.args if a.role in ("param", "table")]
+        for arg, t in zip(roles, tensors):
+            if t is None:
+                continue
+            if t.device != x.device:
+                raise RuntimeError(
+                    f"{op}: {arg.name}: expected device {x.device} (same as x), got {t.device}"
+                )
+            dtype(op, arg.name, t)
+            if arg.role == "param":
+                ask(torch, op, rules.param_shape(arg.name, t.shape, x.shape[-1], rules.TORCH))
+            else:
+                ask(torch, op, rules.table_rank(arg.name, t.dim(), rules.TORCH))
+        if entry.tables:
+            sizes = [t.shape for t in tensors]
+            ask(torch, op, rules.tables_fit(x.shape, sizes, entry.tables, entry.width_rule, rules.TORCH))
+
+    def same(op: str, t: Any, name: str, x: Any) -> None:
+        if t.dtype != x.dtype:
+            raise RuntimeError(
+                f"{op}: {name}: expected dtype {dtype_name(x.dtype)} (same as x), got {dtype_name(t.dtype)}"
+            )
+        torch._check(
+            t.shape == x.shape,
+            lambda: f"{op}: {name}: expected shape {list(x.shape)} (same as x), got {list(t.shape)}",
+        )
+
+    return check, same
+
+
+# ---- fakes ----------------------------------------------------------------------
+
+
+def register_row_op_fakes(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any = None) -> None:
+    """Fake kernels for every overload of every row op in `ns`, with the C++
+    kernels' checks and messages: outputs contiguous, in x's dtype (a
+    reduction) or the promotion of x and the tables (a map); a reduction's
+    stats of x's leading dims and the entry's count, in float32 (float64 for
+    float64 x), each parameter's gradient like the parameter (empty when
+    absent); a map's transposed map (its backward) like its forward."""
+    check, same = row_op_checks(torch, accepted_dtypes)
+
+    def fresh(x: Any, dtype: Any = None) -> Any:
+        return torch.empty_like(x, dtype=dtype, memory_format=torch.contiguous_format)
+
+    def tensors(entry: RowOp, rest: Sequence[Any]) -> list[Any]:
+        """The entry's tensors among `rest` (the arguments after x), absent parameters None."""
+        n = len(tensor_args(entry))
+        return [*rest[:n], *([None] * (n - len(rest[:n])))]
+
+    for entry in ROW_OPS:
+
+        def op(x: Any, *rest: Any, _e: RowOp = entry) -> Any:
+            ts = tensors(_e, rest)
+            check(f"{ns}::{_e.name}", _e, x, ts)
+            return fresh(x, _result_dtype(torch, _e, x, ts))
+
+        def add(x: Any, residual: Any, *rest: Any, _e: RowOp = entry) -> Any:
+            check(f"{ns}::{_e.add_name}", _e, x, tensors(_e, rest))
+            same(f"{ns}::{_e.add_name}", residual, "residual", x)
+            return fresh(x), fresh(x)
+
+        def add_(x: Any, residual: Any, *rest: Any, _e: RowOp = entry) -> Any:
+            check(f"{ns}::{_e.add_name}_", _e, x, tensors(_e, rest))
+            same(f"{ns}::{_e.add_name}_", residual, "residual", x)
+            return fresh(x)
+
+        def forward(x: Any, *rest: Any, _e: RowOp = entry) -> Any:
+            check(f"{ns}::{_e.forward_name}", _e, x, tensors(_e, rest))
+            dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+            return fresh(x), x.new_empty((*x.shape[:-1], len(_e.stats)), dtype=dtype)
+
+        def backward(grad: Any, *rest: Any, _e: RowOp = entry) -> Any:
+            if _e.saves == "linear":  # the transposed map: (grad, tables..., flags...)
+                ts = tensors(_e, rest)
+                check(f"{ns}::{_e.backward_name}", _e, grad, ts)
+                # As the kernels: the promotion of grad and the tables (a
+                # float32 table makes a bfloat16 grad's gradient float32).
+                return fresh(grad, _result_dtype(torch, _e, grad, ts))
+            x, params = rest[0], tensors(_e, rest[1:])
+            check(f"{ns}::{_e.backward_name}", _e, x, params)
+            same(f"{ns}::{_e.backward_name}", grad, "grad", x)
+            grads = [torch.empty_like(q) if q is not None else x.new_empty((0,)) for q in params]
+            return (fresh(x), *grads)
+
+        kernels: dict[str, Callable[..., Any]] = {entry.name: op, entry.backward_name: backward}
+        if entry.saves == "stats":
+            kernels[entry.forward_name] = forward
+        if entry.fused_add:
+            kernels.update({entry.add_name: add, entry.add_name + "_": add_})
+        for name, fn in kernels.items():
+            torch.library.register_fake(f"{ns}::{name}", fn, lib=lib)
+
+
+# ---- typed faces ----------------------------------------------------------------
+
+_FACE = """\
+def {name}({params}):
+    return overload({args})
+"""
+
+# An entry with casting modes: the plain overload unless a mode or an offset is asked for.
+_CASTING_FACE = """\
+def {name}({params}, *, offset=0.0, casting_mode="aten"):
+    if casting_mode == "aten" and offset == 0.0:
+        return overload({args})
+    return casting({args}, offset=offset, casting_mode=casting_mode)
+"""
+
+_CASTING_RULES = """
+
+``offset`` (added to the weight) and ``casting_mode`` say how the weight
+applies and where results round, by the convention a model was trained with:
+{modes}."""
+
+# What each role adds to a face's documentation.
+_PARAM_RULES = """
+
+Over the last dimension. ``eps`` defaults to {eps}. 16-bit inputs are
+accumulated in float32; each row is reduced in one fixed order
+(bit-identical results for any thread count and SIMD level).
+{params_text} may have any float dtype (aten's rule: computed in float32, or
+float64 where x or one of them is; the output in x's dtype, each gradient in
+its input's). Differentiable in {differentiable}, in reverse and forward mode."""
+
+_TABLE_RULES = """
+
+r = {first}.size(-1) must be {width_rule}; {tables} have r columns and
+broadcast against x[..., :r] (e.g. [seq, r] against [batch, heads, seq,
+head_dim]). The output has torch's promotion of the inputs' dtypes (16-bit
+inputs computed in float32 and rounded once). Differentiable in every
+tensor, in reverse and forward mode; x's gradient is the transposed map."""
+
+
+def _default(arg: Any) -> str:
+    if arg.role == "param":
+        return f"{arg.name}=None"
+    if arg.role == "table":
+        return arg.name
+    return f"{arg.name}={arg.default!r}"
+
+
+def _rules(entry: RowOp) -> str:
+    if entry.tables:
+        return _TABLE_RULES.format(
+            first=entry.tables[0], width_rule=entry.width_rule, tables=" and ".join(entry.tables)
+        )
+    eps_text = "torch's (the compute type's machine epsilon)" if entry.eps is None else repr(entry.eps)
+    params_text = " and ".join(f"``{p}``" for p in entry.params)
+    return _PARAM_RULES.format(
+        eps=eps_text,
+        params_text=params_text[0].upper() + params_text[1:],
+        differentiable=", ".join(("``x``", *(f"``{p}``" for p in entry.params))),
+    )
+
+
+def row_op_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
+    """The typed face of every public overload of every row op over ``ops``
+    (torch.ops.<ns>): ``name(x, [residual,] <its arguments with their defaults>)``."""
+    faces: dict[str, Callable[..., Any]] = {}
+    for entry in ROW_OPS:
+        params = ", ".join(_default(a) for a in entry.args)
+        names = ", ".join(a.name for a in entry.args)
+        overloads = [(entry.name, "x", f"``{entry.schema}``: {entry.doc}." + _rules(entry))]
+        if entry.fused_add:
+            overloads.append(
+                (
+                    entry.add_name,
+                    "x, residual",
+                    f"``({entry.name}(h, ...), h)`` with ``h = x + residual`` rounded to the dtype, as a model "
+                    "computing ``x + residual`` itself would; one pass over memory. Differentiable in every "
+                    "tensor.",
+                )
+            )
+            overloads.append(
+                (
+                    entry.add_name + "_",
+                    "x, residual",
+                    f"In place (vLLM's in-place fused add): ``residual`` becomes ``h = x + residual``; "
+                    f"returns ``{entry.name}(h, ...)``. Not differentiable (it writes into ``residual``); "
+                    "functionalized under ``torch.compile``.",
+                )
+            )
+        for name, lead, doc in overloads:
+            template = _CASTING_FACE if entry.casting else _FACE
+            source = template.format(name=name, params=f"{lead}, {params}", args=f"{lead}, {names}")
+            scope: dict[str, Any] = {}
+            # Bound on first call: the JIT build loads the library after import.
+            scope["overload"] = _bound_on_first_call(scope, "overload", ops, name, "default")
+            if entry.casting:
+                scope["casting"] = _bound_on_first_call(scope, "casting", ops, name, "casting")
+                modes = "; ".join(f'``"{m.name}"``: {m.doc}' for m in CASTING_MODES)
+                doc += _CASTING_RULES.format(modes=modes)
+            exec(compile(source, f"<tierkit op table: {name}>", "exec"), scope)
+            face = scope[name]
+            face.__doc__ = doc
+            face.__module__ = prefix + ".ops"
+            faces[name] = face
+    return faces
