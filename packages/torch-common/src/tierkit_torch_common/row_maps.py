@@ -1,10 +1,10 @@
 """The row maps' Python side (the op table's third kind, ``ROW_MAPS``:
 rotary embeddings) for any namespace that defines them (``tierkit``,
 ``tierkit_stable``), written once for the kind and instantiated per entry:
-the checks and their messages, fake kernels, autograd (reverse and forward
-mode, double backward), vmap rules, DTensor strategies, typed faces, and
-the entry's formulas over torch (what tests compare with and what a graph
-of the backward differentiates). Kernels are each tier's (core's
+autograd (reverse and forward mode, double backward), vmap rules, and the
+entry's formulas over torch (what tests compare with and what a graph of the
+backward differentiates). Checks, fakes, faces and DTensor strategies are
+every row op's (``row_ops.py``); kernels are each tier's (core's
 ``tierkit/row_maps.h``). torch is imported by the caller.
 
 The map is linear in x: x's gradient is the transposed map, the
@@ -25,7 +25,6 @@ from .row_ops import row_op_checks
 
 __all__ = [
     "formulas",
-    "register_row_map_sharding",
     "register_row_maps",
 ]
 
@@ -244,31 +243,3 @@ def _batch_rule(torch: Any, op: Any, n: int) -> Callable[..., Any]:
         return op(x, *tables, *rest[n:]), 0
 
     return rule
-
-
-def register_row_map_sharding(torch: Any, ns: str) -> None:
-    """Rows are independent: x sharded on any leading dim keeps its placement,
-    with each table sharded where it has that dim (replicated where it
-    broadcasts); the last dim must be whole (redistributed first)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.experimental import register_sharding as on
-
-    ops = getattr(torch.ops, ns)
-
-    def table_placement(x: Any, t: Any, k: int) -> Any:
-        kt = k - (len(x.shape) - len(t.shape))
-        return Shard(kt) if kt >= 0 and t.shape[kt] != 1 else Replicate()
-
-    for entry in ROW_MAPS:
-        n = len(entry.tables)
-
-        def strategy(x, *rest, _n=n):
-            tables = rest[:_n]
-            flags = [None] * (len(rest) - _n)
-            out = [([Replicate()], [Replicate(), *([Replicate()] * _n), *flags])]
-            for k in range(len(x.shape) - 1):
-                out.append(([Shard(k)], [Shard(k), *(table_placement(x, t, k) for t in tables), *flags]))
-            return out
-
-        on(getattr(ops, entry.name).default)(strategy)
-        on(getattr(ops, entry.backward_name).default)(strategy)

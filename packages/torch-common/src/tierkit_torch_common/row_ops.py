@@ -2,10 +2,10 @@
 ``ROW_OPS`` in any namespace that defines them (``tierkit``,
 ``tierkit_stable``), driven by each entry's argument roles (``RowArg``): the
 argument checks (core's rules and words, ``tierkit_core.row_rules``), the
-fake kernels of every overload, and the typed faces. What is still per code
-path (the reductions' vmap and sharding rules in ``rows.py``; the maps'
-autograd, vmap and sharding in ``row_maps.py``) is called from the tiers
-beside it. torch is imported by the caller, this module only receives it.
+fake kernels of every overload, the typed faces and the DTensor strategies.
+What is still per code path (the reductions' vmap rules in ``rows.py``; the
+maps' autograd and vmap in ``row_maps.py``) is called from the tiers beside
+it. torch is imported by the caller, this module only receives it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ from tierkit_core.op_table import CASTING_MODES, ROW_OPS, RowOp
 from ._words import ask, dtype_name, one_of
 from .fake import _bound_on_first_call
 
-__all__ = ["register_row_op_fakes", "result_dtype", "row_op_checks", "row_op_faces", "tensor_args"]
+__all__ = [
+    "register_row_op_fakes",
+    "register_row_op_sharding",
+    "result_dtype",
+    "row_op_checks",
+    "row_op_faces",
+    "tensor_args",
+]
 
 
 def tensor_args(entry: RowOp) -> tuple[str, ...]:
@@ -263,3 +270,76 @@ def row_op_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
             face.__module__ = prefix + ".ops"
             faces[name] = face
     return faces
+
+
+# ---- DTensor --------------------------------------------------------------------
+
+
+def register_row_op_sharding(torch: Any, ns: str) -> None:
+    """Rows are independent: x (and residual, grad, the stats) sharded on any
+    leading dim keeps its placement, with no communication, given each other
+    argument by its role: a parameter replicated (its gradient then a Partial
+    sum), a table sharded where it has that dim and replicated where it
+    broadcasts, eps and flags none. The last dim must be whole: a shard of
+    it is redistributed to Replicate first, so the values stay right."""
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.experimental import register_sharding as on
+
+    ops = getattr(torch.ops, ns)
+
+    def placed(entry: RowOp, x: Any, rest: Sequence[Any], k: int | None) -> list[Any]:
+        """The placements of `rest` (the arguments after the rows) for x sharded on dim k (None: replicated)."""
+        out: list[Any] = []
+        for i, arg in enumerate(entry.args):
+            if i >= len(rest) and arg.role == "flag":
+                break  # a flag left to its default has no placement; a parameter or eps left out has None
+            v: Any = rest[i] if i < len(rest) else None
+            if arg.role == "param":
+                out.append(None if v is None else Replicate())
+            elif arg.role == "table":
+                kt = None if k is None else k - (len(x.shape) - len(v.shape))
+                out.append(Shard(kt) if kt is not None and kt >= 0 and v.shape[kt] != 1 else Replicate())
+            else:
+                out.append(None)
+        return out
+
+    def strategies(entry: RowOp, x: Any, rows: int, rest: Sequence[Any], outputs: Callable[[Any], list[Any]]):
+        """Every placement: replicated, or sharded on a leading dim; `rows`
+        leading arguments shard like x, `outputs(placement)` gives the outputs'."""
+        out = [(outputs(Replicate()), [*([Replicate()] * rows), *placed(entry, x, rest, None)])]
+        for k in range(len(x.shape) - 1):
+            out.append((outputs(Shard(k)), [*([Shard(k)] * rows), *placed(entry, x, rest, k)]))
+        return out
+
+    for entry in ROW_OPS:
+
+        def op_strategy(x, *rest, _e=entry):
+            return strategies(_e, x, 1, rest, lambda p: [p])
+
+        def add_strategy(x, residual, *rest, _e=entry):
+            return strategies(_e, x, 2, rest, lambda p: [p, p])
+
+        def forward_strategy(x, *rest, _e=entry):
+            return strategies(_e, x, 1, rest, lambda p: [p, p])
+
+        def backward_strategy(grad, *rest, _e=entry):
+            if _e.saves == "linear":  # (grad, tables..., flags...) -> dx
+                return strategies(_e, grad, 1, rest, lambda p: [p])
+            x, params = rest[0], rest[1:-1]  # (grad, x, params..., stats) -> (dx, dparams...)
+            dps = [Replicate() if q is None else Partial() for q in params]
+
+            def outputs(p: Any) -> list[Any]:
+                return [p, *(dps if isinstance(p, Shard) else [Replicate()] * len(params))]
+
+            out = []
+            for k in [None, *range(len(x.shape) - 1)]:
+                p = Replicate() if k is None else Shard(k)
+                out.append((outputs(p), [p, p, *placed(_e, x, params, k), p]))
+            return out
+
+        on(getattr(ops, entry.name).default)(op_strategy)
+        if entry.fused_add:
+            on(getattr(ops, entry.add_name).default)(add_strategy)
+        if entry.saves == "stats":
+            on(getattr(ops, entry.forward_name).default)(forward_strategy)
+        on(getattr(ops, entry.backward_name).default)(backward_strategy)

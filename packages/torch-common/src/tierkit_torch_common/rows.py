@@ -1,9 +1,10 @@
 """The row reductions' Python side for any namespace that defines them
 (``tierkit``: torch-cpu, ``tierkit_stable``: torch-stable), written once for
-the op table's kind and instantiated per entry (``ROW_REDUCTIONS``): typed
-faces, fake kernels, vmap rules, DTensor strategies, the checks' messages,
-and the entry's reference formula over torch (what tests compare with and
-what torch-stable's autograd differentiates). Kernels are each tier's. See
+the op table's kind and instantiated per entry (``ROW_REDUCTIONS``): vmap
+rules and the entry's reference formula over torch (what tests compare with
+and what torch-stable's autograd differentiates). Checks, fakes, faces and
+DTensor strategies are every row op's (``row_ops.py``); kernels are each
+tier's. See
 docs/reductions.md. torch is imported by the caller, this module only
 receives it.
 """
@@ -21,7 +22,6 @@ __all__ = [
     "default_eps",
     "gradients",
     "reference",
-    "register_row_sharding",
     "register_row_vmap",
 ]
 
@@ -208,52 +208,3 @@ def register_row_vmap(torch: Any, ns: str) -> None:
             torch.library.register_vmap(f"{ns}::{entry.add_name}_", add_inplace_rule)
         torch.library.register_vmap(f"{ns}::{entry.forward_name}", forward_rule)
         torch.library.register_vmap(f"{ns}::{entry.backward_name}", backward_rule)
-
-
-# ---- DTensor ------------------------------------------------------------------
-
-
-def register_row_sharding(torch: Any, ns: str) -> None:
-    """Rows are independent: x (and residual, grad, the stats) sharded on any
-    leading dim with replicated parameters needs no communication and keeps
-    its placement; the parameters' gradients are then Partial sums. The
-    normalised (last) dim must be whole: a shard of it is redistributed to
-    Replicate first, so the values stay right."""
-    from torch.distributed.tensor import Partial, Replicate, Shard
-    from torch.distributed.tensor.experimental import register_sharding as on
-
-    ops = getattr(torch.ops, ns)
-
-    def rep(params: Sequence[Any]) -> list[Any]:
-        return [None if q is None else Replicate() for q in params]
-
-    for entry in ROW_REDUCTIONS:
-        p = len(entry.params)
-
-        def op_strategy(x, *rest, _p=p):
-            ps = rep(_split(rest, _p)[0])
-            out = [([Replicate()], [Replicate(), *ps, None])]
-            return out + [([Shard(k)], [Shard(k), *ps, None]) for k in range(x.ndim - 1)]
-
-        def add_strategy(x, residual, *rest, _p=p):
-            ps = rep(_split(rest, _p)[0])
-            out = [([Replicate(), Replicate()], [Replicate(), Replicate(), *ps, None])]
-            return out + [([Shard(k), Shard(k)], [Shard(k), Shard(k), *ps, None]) for k in range(x.ndim - 1)]
-
-        def forward_strategy(x, *rest, _p=p):
-            ps = rep(_split(rest, _p)[0])
-            out = [([Replicate(), Replicate()], [Replicate(), *ps, None])]
-            return out + [([Shard(k), Shard(k)], [Shard(k), *ps, None]) for k in range(x.ndim - 1)]
-
-        def backward_strategy(grad, x, *rest, _p=p):
-            params = _split(rest, _p)[0]
-            ps = rep(params)
-            dps = [Replicate() if q is None else Partial() for q in params]
-            out = [([Replicate()] * (1 + _p), [Replicate(), Replicate(), *ps, Replicate()])]
-            return out + [([Shard(k), *dps], [Shard(k), Shard(k), *ps, Shard(k)]) for k in range(x.ndim - 1)]
-
-        on(getattr(ops, entry.name).default)(op_strategy)
-        if entry.fused_add:
-            on(getattr(ops, entry.add_name).default)(add_strategy)
-        on(getattr(ops, entry.forward_name).default)(forward_strategy)
-        on(getattr(ops, entry.backward_name).default)(backward_strategy)

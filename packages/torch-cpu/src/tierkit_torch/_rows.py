@@ -1,18 +1,17 @@
-"""The row kinds' Python side (every ROW_REDUCTIONS and ROW_MAPS entry of the op
-table) for the ``tierkit`` namespace: typed faces, vmap rules and DTensor
-strategies, all torch-common's (tierkit_torch_common.rows, shared with
-torch-stable). Fake kernels are torch-common's too; kernels and autograd are
-C++ (csrc/row_ops.cpp, csrc/row_autograd.cpp). See docs/reductions.md.
+"""The row ops' Python side (every ROW_OPS entry of the op table) for the
+``tierkit`` namespace: typed faces and DTensor strategies (torch-common's
+row_ops adapter, shared with torch-stable), the reductions' vmap rules
+(tierkit_torch_common.rows). Fake kernels are torch-common's too; kernels
+and autograd are C++ (csrc/row_ops.cpp, csrc/row_autograd.cpp). See
+docs/reductions.md.
 """
 
 from __future__ import annotations
 
 import torch
-from tierkit_torch_common.row_maps import register_row_map_sharding
-from tierkit_torch_common.row_ops import row_op_faces
-from tierkit_torch_common.rows import register_row_sharding, register_row_vmap
+from tierkit_torch_common.row_ops import register_row_op_sharding, row_op_faces
+from tierkit_torch_common.rows import register_row_vmap
 
-# Both row kinds' faces: the reductions' and the maps'.
 FACES = row_op_faces(torch.ops.tierkit, "tierkit_torch")
 
 
@@ -21,5 +20,4 @@ def register_vmap() -> None:
 
 
 def register_sharding() -> None:
-    register_row_sharding(torch, "tierkit")
-    register_row_map_sharding(torch, "tierkit")
+    register_row_op_sharding(torch, "tierkit")
