@@ -147,6 +147,7 @@ namespace detail {
 // The op's loop, vectorized by the compiler at the copy's level (float, double).
 template <typename T, typename Op, typename... In>
 struct MapBody {
+  static constexpr bool kUnrolled = true;
   template <typename W>
   static void run(const Op& op, T* out, std::int64_t n, const In*... in) {
     TIERKIT_MAP_LOOP
@@ -194,6 +195,7 @@ __attribute__((always_inline)) inline void apply_block_of(const Op& op, bool gat
 // quarter (AVX2), and non-temporal partial lines combine worse than whole ones.
 template <typename T, typename Op, typename... In>
 struct Map16Body {
+  static constexpr bool kUnrolled = true;
   template <typename W>
   static void run(const Op& op, T* out, std::int64_t n, bool stream, const In*... in) {
     constexpr std::int64_t kLanes = W::kLanes;
@@ -254,6 +256,7 @@ struct Map16Body {
 // exactly.
 template <typename T, typename Op, typename... In>
 struct StreamingBody {
+  static constexpr bool kUnrolled = true;
   template <typename W>
   static void run(const Op& op, T* out, std::int64_t n, const In*... in) {
     constexpr std::int64_t kBlock = 256 / sizeof(T);
