@@ -107,7 +107,7 @@ TIERKIT_LEVEL_COPY(unrolled_avx512bf16, TIERKIT_16_AVX512BF16, TIERKIT_WIDE_VECT
 // A body's loops are unrolled where it says `kUnrolled = true`: the
 // pointwise loops (simd_level.h says why). The row kinds' and maps' are
 // not: unrolling them measured +-10% by row width (this Xeon, float32
-// layer_norm over 64 MiB: 9.2 -> 8.3 ms at d = 1024, 6.3 -> 6.8 at 4096).
+// LayerNorm rows over 64 MiB: 9.2 -> 8.3 ms at d = 1024, 6.3 -> 6.8 at 4096).
 template <typename Body, typename = void>
 struct unrolled : std::false_type {};
 template <typename Body>

@@ -1,10 +1,10 @@
 """The row maps' Python side (the op table's third kind, ``ROW_MAPS``:
 rotary embeddings) for any namespace that defines them (``tierkit``,
 ``tierkit_stable``), written once for the kind and instantiated per entry:
-autograd (reverse and forward mode, double backward), vmap rules, and the
-entry's formulas over torch (what tests compare with and what a graph of the
-backward differentiates). Checks, fakes, faces and DTensor strategies are
-every row op's (``row_ops.py``); kernels are each tier's (core's
+autograd (reverse and forward mode, double backward) and the entry's
+formulas over torch (what tests compare with and what a graph of the
+backward differentiates). Checks, fakes, faces, vmap rules and DTensor
+strategies are every row op's (``row_ops.py``); kernels are each tier's (core's
 ``tierkit/row_maps.h``). torch is imported by the caller.
 
 The map is linear in x: x's gradient is the transposed map, the
@@ -25,7 +25,7 @@ from .row_ops import row_op_checks
 
 __all__ = [
     "formulas",
-    "register_row_maps",
+    "register_row_map_autograd",
 ]
 
 
@@ -168,15 +168,12 @@ def _function(torch: Any, ns: str, entry: RowMap) -> type:
     return MapFunction
 
 
-def register_row_maps(
-    torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any, autograd: bool = True
-) -> None:
-    """Autograd and vmap rules for every row map in `ns` (kernels: the
-    tier's; fakes: row_ops). ``autograd=False``: the namespace's library has
-    its own (tierkit::'s, in C++: csrc/row_map_autograd.cpp), only vmap here."""
+def register_row_map_autograd(torch: Any, ns: str, accepted_dtypes: Sequence[str], lib: Any) -> None:
+    """Autograd for every row map in `ns` (kernels: the tier's; fakes and
+    vmap: row_ops), for a namespace without its own (tierkit:: has C++
+    autograd: csrc/row_map_autograd.cpp)."""
     check, _ = row_op_checks(torch, accepted_dtypes)
     ops = getattr(torch.ops, ns)
-    with_autograd = autograd
     for entry in ROW_MAPS:
         n = len(entry.tables)
         fn = _function(torch, ns, entry)
@@ -210,11 +207,8 @@ def register_row_maps(
             with torch._C._AutoDispatchBelowAutograd():
                 return _op(grad, *rest)
 
-        if with_autograd:
-            lib.impl(entry.name, autograd_kernel, "Autograd")
-            lib.impl(entry.backward_name, autograd_backward, "Autograd")
-        torch.library.register_vmap(name, _batch_rule(torch, op, n), lib=lib)
-        torch.library.register_vmap(bname, _batch_rule(torch, backward_op, n), lib=lib)
+        lib.impl(entry.name, autograd_kernel, "Autograd")
+        lib.impl(entry.backward_name, autograd_backward, "Autograd")
 
 
 def _positional(entry: RowMap, rest: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -225,21 +219,3 @@ def _positional(entry: RowMap, rest: Sequence[Any], kwargs: dict[str, Any]) -> t
     for name in names[len(rest) :]:
         out.append(kwargs[name] if name in kwargs else defaults[name])
     return tuple(out)
-
-
-def _batch_rule(torch: Any, op: Any, n: int) -> Callable[..., Any]:
-    """The batch becomes x's (or grad's) first dim; a batched table moves its batch to the front and
-    broadcasts per example (its other dims aligned to x's from the right)."""
-
-    def rule(info: Any, in_dims: Any, x: Any, *rest: Any) -> Any:
-        dims = list(in_dims) + [None] * (1 + len(rest) - len(in_dims))
-        x = x.unsqueeze(0).expand(info.batch_size, *x.shape) if dims[0] is None else x.movedim(dims[0], 0)
-        tables = []
-        for t, d in zip(rest[:n], dims[1 : 1 + n]):
-            if d is not None:
-                t = t.movedim(d, 0)
-                t = t.reshape(t.shape[0], *([1] * (x.dim() - t.dim())), *t.shape[1:])
-            tables.append(t)
-        return op(x, *tables, *rest[n:]), 0
-
-    return rule

@@ -2,10 +2,9 @@
 ``ROW_OPS`` in any namespace that defines them (``tierkit``,
 ``tierkit_stable``), driven by each entry's argument roles (``RowArg``): the
 argument checks (core's rules and words, ``tierkit_core.row_rules``), the
-fake kernels of every overload, the typed faces and the DTensor strategies.
-What is still per code path (the reductions' vmap rules in ``rows.py``; the
-maps' autograd and vmap in ``row_maps.py``) is called from the tiers beside
-it. torch is imported by the caller, this module only receives it.
+fake kernels of every overload, the typed faces, the vmap rules and the
+DTensor strategies. The entries' formulas over torch are ``rows.py``'s and
+``row_maps.py``'s (with the maps' Python autograd, torch-stable's). torch is imported by the caller, this module only receives it.
 """
 
 from __future__ import annotations
@@ -18,10 +17,12 @@ from tierkit_core.op_table import CASTING_MODES, ROW_OPS, RowOp
 
 from ._words import ask, dtype_name, one_of
 from .fake import _bound_on_first_call
+from .rows import _split, compute_dtype, default_eps, normalized
 
 __all__ = [
     "register_row_op_fakes",
     "register_row_op_sharding",
+    "register_row_op_vmap",
     "result_dtype",
     "row_op_checks",
     "row_op_faces",
@@ -270,6 +271,148 @@ def row_op_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
             face.__module__ = prefix + ".ops"
             faces[name] = face
     return faces
+
+
+# ---- vmap ---------------------------------------------------------------------
+
+
+def register_row_op_vmap(torch: Any, ns: str, lib: Any = None) -> None:
+    """Batch rules for every batch dim of every row op, by role: the batch
+    becomes one more leading (row) dim of x; a batched table moves its batch
+    to the front and broadcasts per example (its other dims aligned to x's
+    from the right); batched parameters apply per example after the op
+    without them (it is affine in them), in the compute type, so a 16-bit
+    result is rounded once, as a per-example call's."""
+    ops = getattr(torch.ops, ns)
+
+    def front(info: Any, t: Any, dim: int | None) -> Any:
+        return t.unsqueeze(0).expand(info.batch_size, *t.shape) if dim is None else t.movedim(dim, 0)
+
+    def per_example(t: Any, dim: int | None, ndim: int) -> Any:
+        if dim is None:
+            return t
+        t = t.movedim(dim, 0)
+        return t.reshape(t.shape[0], *([1] * (ndim - 2)), t.shape[-1])
+
+    def normalized_then_affine(
+        x: Any, entry: RowOp, params: Sequence[Any], dims: Sequence[int | None], eps: Any
+    ) -> Any:
+        """The op with batched parameters: x-hat in the compute type (the
+        kernel on x widened, without parameters, with the eps x's call would
+        take), each example's parameters applied there, rounded once to x's
+        dtype, as the kernel rounds a per-example call."""
+        c = compute_dtype(torch, x, params)
+        e = default_eps(torch, entry, x, eps)
+        out = getattr(ops, entry.name).default(x.to(c), *(None,) * len(params), e)
+        for name, p, d in zip(entry.params, params, dims):
+            if p is None:
+                continue
+            q = per_example(p, d, x.dim()).to(c)
+            out = out * q if name == "weight" else out + q
+        return out.to(x.dtype)
+
+    def dims_of(in_dims: Sequence[Any], start: int, n: int) -> list[int | None]:
+        return [in_dims[start + i] if len(in_dims) > start + i else None for i in range(n)]
+
+    def with_tables(info: Any, in_dims: Any, op: Any, n: int, x: Any, rest: Sequence[Any]) -> Any:
+        """`op` (the map, or its transpose) on x batched and its first n arguments, tables, per example."""
+        dims = dims_of(in_dims, 0, 1 + len(rest))
+        x = front(info, x, dims[0])
+        tables = []
+        for t, d in zip(rest[:n], dims[1 : 1 + n]):
+            if d is not None:
+                t = t.movedim(d, 0)
+                t = t.reshape(t.shape[0], *([1] * (x.dim() - t.dim())), *t.shape[1:])
+            tables.append(t)
+        return op(x, *tables, *rest[n:]), 0
+
+    for entry in ROW_OPS:
+        p = len(tensor_args(entry))
+        none = (None,) * p
+
+        def op_rule(info, in_dims, x, *rest, _e=entry, _p=p):
+            if _e.tables:
+                return with_tables(info, in_dims, getattr(ops, _e.name).default, _p, x, rest)
+            params, eps = _split(rest, _p, _e.eps)
+            pd = dims_of(in_dims, 1, _p)
+            x = front(info, x, in_dims[0])
+            if all(d is None for d in pd):
+                return getattr(ops, _e.name).default(x, *params, eps), 0
+            return normalized_then_affine(x, _e, params, pd, eps), 0
+
+        if entry.saves == "linear":
+
+            def transposed_rule(info, in_dims, grad, *rest, _e=entry, _p=p):
+                return with_tables(info, in_dims, getattr(ops, _e.backward_name).default, _p, grad, rest)
+
+            torch.library.register_vmap(f"{ns}::{entry.name}", op_rule, lib=lib)
+            torch.library.register_vmap(f"{ns}::{entry.backward_name}", transposed_rule, lib=lib)
+            continue
+
+        def add_rule(info, in_dims, x, residual, *rest, _e=entry, _p=p, _none=none):
+            params, eps = _split(rest, _p, _e.eps)
+            pd = dims_of(in_dims, 2, _p)
+            x, residual = front(info, x, in_dims[0]), front(info, residual, in_dims[1])
+            op = getattr(ops, _e.add_name).default
+            if all(d is None for d in pd):
+                return op(x, residual, *params, eps), (0, 0)
+            _, h = op(x, residual, *_none, eps)  # h rounded to the dtype, as the kernel's
+            return (normalized_then_affine(h, _e, params, pd, eps), h), (0, 0)
+
+        def add_inplace_rule(info, in_dims, x, residual, *rest, _e=entry, _p=p, _none=none):
+            name = f"{ns}::{_e.add_name}_"
+            if in_dims[1] is None:
+                raise RuntimeError(
+                    f"vmap: {name} writes into `residual`, which is not batched while another argument is: "
+                    "pass a batched residual"
+                )
+            params, eps = _split(rest, _p, _e.eps)
+            pd = dims_of(in_dims, 2, _p)
+            # movedim is a view: the kernel writes h into the caller's residual.
+            x, residual = front(info, x, in_dims[0]), residual.movedim(in_dims[1], 0)
+            op_ = getattr(ops, _e.add_name + "_").default
+            if all(d is None for d in pd):
+                return op_(x, residual, *params, eps), 0
+            op_(x, residual, *_none, eps)  # residual becomes h
+            return normalized_then_affine(residual, _e, params, pd, eps), 0
+
+        def unbatched(name: str, in_dims: Sequence[Any], start: int, n: int, e: RowOp) -> None:
+            if any(d is not None for d in dims_of(in_dims, start, n)):
+                raise RuntimeError(
+                    f"{ns}::{name}: vmap over a batched parameter is not supported for this building block; "
+                    f"{ns}::{e.name}'s own rule handles one"
+                )
+
+        def forward_rule(info, in_dims, x, *rest, _e=entry, _p=p):
+            unbatched(_e.forward_name, in_dims, 1, _p, _e)
+            y, stats = getattr(ops, _e.forward_name).default(front(info, x, in_dims[0]), *rest)
+            return (y, stats), (0, 0)
+
+        def backward_rule(info, in_dims, grad, x, *rest, _e=entry, _p=p):
+            unbatched(_e.backward_name, in_dims, 2, _p, _e)
+            params, stats = _split(rest, _p)
+            g, xb = front(info, grad, in_dims[0]), front(info, x, in_dims[1])
+            s = front(info, stats, in_dims[2 + _p])
+            dx, *_ = getattr(ops, _e.backward_name).default(g, xb, *params, s)
+            # Per example: the kernel's parameter gradients sum over the batch's rows too.
+            c = compute_dtype(torch, x, params)
+            dims = list(range(1, xb.dim() - 1))
+            gf = g.to(c)
+            grads = []
+            for name, q in zip(_e.params, params):
+                if q is None:
+                    grads.append(g.new_empty((info.batch_size, 0)))
+                    continue
+                term = gf * normalized(torch, _e, xb.to(c), s.to(c)) if name == "weight" else gf
+                grads.append((term.sum(dims) if dims else term).to(q.dtype))
+            return (dx, *grads), (0,) * (1 + _p)
+
+        torch.library.register_vmap(f"{ns}::{entry.name}", op_rule, lib=lib)
+        if entry.fused_add:
+            torch.library.register_vmap(f"{ns}::{entry.add_name}", add_rule, lib=lib)
+            torch.library.register_vmap(f"{ns}::{entry.add_name}_", add_inplace_rule, lib=lib)
+        torch.library.register_vmap(f"{ns}::{entry.forward_name}", forward_rule, lib=lib)
+        torch.library.register_vmap(f"{ns}::{entry.backward_name}", backward_rule, lib=lib)
 
 
 # ---- DTensor --------------------------------------------------------------------

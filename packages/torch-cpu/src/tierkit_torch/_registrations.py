@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
-from tierkit_torch_common.row_maps import register_row_maps
 from tierkit_torch_common.row_ops import register_row_op_fakes
 
 from . import _rows, _sharding, _vmap
@@ -37,7 +36,6 @@ def register() -> None:
     register_row_op_fakes(torch, "tierkit", accepted)
     _lib = torch.library.Library("tierkit", "IMPL")
     register_row_casting(torch, "tierkit", accepted, _lib, composites=False)  # the composites: C++
-    register_row_maps(torch, "tierkit", accepted, _lib, autograd=False)  # fakes, vmap; autograd: C++
     _vmap.register()
     _rows.register_vmap()
     _sharding.install()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from tierkit_torch_common.casting import register_row_casting
 from tierkit_torch_common.fake import register_fake_kernels
-from tierkit_torch_common.row_maps import register_row_maps
+from tierkit_torch_common.row_maps import register_row_map_autograd
 from tierkit_torch_common.row_ops import register_row_op_fakes
 
 from . import _autograd, _composite, _rows
@@ -27,7 +27,7 @@ def register() -> None:
     register_fake_kernels(torch, "tierkit_stable", accepted, lib=_lib)
     register_row_op_fakes(torch, "tierkit_stable", accepted)
     register_row_casting(torch, "tierkit_stable", accepted, _lib)
-    register_row_maps(torch, "tierkit_stable", accepted, _lib)  # the row maps' fakes, autograd and vmap
+    register_row_map_autograd(torch, "tierkit_stable", accepted, _lib)  # the row maps' autograd
     _autograd.register(_lib)
     _rows.register(_lib)
     _composite.register(_lib)

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
-from tierkit_torch_common.row_ops import row_op_checks, row_op_faces
-from tierkit_torch_common.rows import default_eps, gradients, reference, register_row_vmap
+from tierkit_torch_common.row_ops import register_row_op_vmap, row_op_checks, row_op_faces
+from tierkit_torch_common.rows import default_eps, gradients, reference
 
 from ._autograd import _derivative_needed, in_place_kernels
 
@@ -212,7 +212,7 @@ def register(lib: torch.library.Library) -> None:
         for key, kernel in _kernels(entry).items():
             name, dispatch_key = key.split(":")
             lib.impl(name, kernel, dispatch_key)
-    register_row_vmap(torch, "tierkit_stable")
+    register_row_op_vmap(torch, "tierkit_stable")
 
 
 # Both row kinds' faces (the maps': torch-common's row_maps); tierkit_torch_stable.ops re-exports them.
