@@ -92,8 +92,10 @@ struct has_inner : std::false_type {};
 template <typename Op>
 struct has_inner<Op, std::enable_if_t<std::is_same_v<decltype(Op::inner(std::declval<float>())), float>>>
     : std::true_type {};
+// Not inlined: the vector copies are flattened (simd_copies.h), and its
+// first call builds the table with every level's loops.
 template <typename T, typename Op>
-const float* inner_table();
+__attribute__((noinline)) const float* inner_table();
 template <typename First, typename...>
 struct first_of {
   using type = First;
@@ -284,20 +286,16 @@ void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
   using detail::SimdLevel;
   const bool stream = streaming_stores<T>(n, sizeof...(In) + 1);
   if constexpr (sizeof(T) == 2) {
-    if (detail::run_at_level<detail::Map16Body<T, Op, In...>, T>(SimdLevel::Avx512, op, out, n, stream,
-                                                                 in...))
-      return;
+    if (detail::run_at_level<detail::Map16Body<T, Op, In...>, T>(op, out, n, stream, in...)) return;
   } else {
-    if (stream &&
-        detail::run_at_level<detail::StreamingBody<T, Op, In...>, T>(SimdLevel::Avx512, op, out, n, in...))
-      return;
+    if (stream && detail::run_at_level<detail::StreamingBody<T, Op, In...>, T>(op, out, n, in...)) return;
     // AVX-512 pays for compute-bound ops (silu_mul's exp and division:
     // float over 2^14 in-cache elements on one Intel Xeon core, 0.85-1.04 ns
     // an element with AVX2, 0.53-0.63 with AVX-512, side by side); other float
     // and double loops are memory-bound, where it measured 5-10% slower than
     // AVX2 (Intel, 64M-element add: 12.2 vs 13.5 GB/s on one core).
     constexpr SimdLevel cap = compute_bound<Op>::value ? SimdLevel::Avx512 : SimdLevel::Avx2;
-    if (detail::run_at_level<detail::MapBody<T, Op, In...>, T>(cap, op, out, n, in...)) return;
+    if (detail::run_at_level<detail::MapBody<T, Op, In...>, T, cap>(op, out, n, in...)) return;
   }
 #endif
   TIERKIT_MAP_LOOP
@@ -310,7 +308,7 @@ void map_contiguous(const Op& op, T* out, std::int64_t n, const In*... in) {
 // then kept for the life of the process (never freed, so no loop can
 // outlive it at exit).
 template <typename T, typename Op>
-const float* inner_table() {
+__attribute__((noinline)) const float* inner_table() {
   static_assert(sizeof(T) == 2, "a table of every value exists for 16-bit types only");
   static const float* const table = [] {
     [[maybe_unused]] const IeeeFloatMode mode;
@@ -446,7 +444,7 @@ void map_strided(const Op& op, const TensorView& out, const TensorView* const (&
   // A compute-bound op's rows at AVX2, where its std::fma is an instruction,
   // not a call into libm (the same bits either way).
   if constexpr (compute_bound<Op>::value)
-    if (run_at_level<Body, T>(SimdLevel::Avx2, op, out, ins, begin, end, inner, so, si)) return;
+    if (run_at_level<Body, T, SimdLevel::Avx2>(op, out, ins, begin, end, inner, so, si)) return;
 #endif
   Body::template run<void>(op, out, ins, begin, end, inner, so, si);
 }

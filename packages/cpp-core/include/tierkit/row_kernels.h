@@ -590,10 +590,16 @@ template <typename K, typename T, RowPass P, typename... A>
 void rows_at_level(bool stream, A... a) {
 #ifdef TIERKIT_SIMD_DISPATCH
 #ifdef TIERKIT_ROW_VEC
-  if constexpr (!std::is_same_v<T, double>)
-    if (run_at_level<RowsVecBody<K, T, P>, T>(SimdLevel::Avx512, a..., stream)) return;
+  // Where no vector row runs, no copy does (run_at_level asks the same CPU
+  // features): only double's scalar rows get an AVX2 copy here.
+  if constexpr (!std::is_same_v<T, double>) {
+    if (run_at_level<RowsVecBody<K, T, P>, T>(a..., stream)) return;
+  } else if (run_at_level<RowsBody<K, T, P>, T, SimdLevel::Avx2>(a...)) {
+    return;
+  }
+#else
+  if (run_at_level<RowsBody<K, T, P>, T, SimdLevel::Avx2>(a...)) return;
 #endif
-  if (run_at_level<RowsBody<K, T, P>, T>(SimdLevel::Avx2, a...)) return;
 #endif
   (void)stream;
   row_pass<P, typename K::template Rows<T>>(a...);

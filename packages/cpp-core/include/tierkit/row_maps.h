@@ -291,8 +291,8 @@ void map_rows(const T* x, const T* const (&tables)[K::kTables], const RowTables<
 #ifdef TIERKIT_ROW_VEC
   // At the CPU's level (simd_copies.h); double and baseline x86-64: the scalar rows.
   if constexpr (!std::is_same_v<T, double>)
-    if (run_at_level<MapRowsBody<K, T>, T>(SimdLevel::Avx512, x, tables, layout, d, r, interleaved, transpose,
-                                           lo, hi, y, stream))
+    if (run_at_level<MapRowsBody<K, T>, T>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y,
+                                           stream))
       return;
 #endif
   (void)stream;

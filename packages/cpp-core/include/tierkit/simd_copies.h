@@ -125,26 +125,27 @@ TIERKIT_AT_LEVEL(avx512)
 TIERKIT_AT_LEVEL(avx512bf16)
 #undef TIERKIT_AT_LEVEL
 
-// Runs Body at the CPU's level, at most `cap` (a kernel that AVX-512 does
-// not pay for caps it at AVX2), for elements of T (bfloat16 takes the
-// AVX512-BF16 copy where the CPU has it and DQ, which every such CPU has).
-// False where no vector level runs (the baseline, or a CPU without F16C):
-// the caller then runs its plain loop.
-template <typename Body, typename T, typename... A>
-bool run_at_level(SimdLevel cap, A&&... a) {
+// Runs Body at the CPU's level, at most Cap (a kernel that AVX-512 does not
+// pay for caps it at AVX2, and no copy above its cap is compiled), for
+// elements of T (bfloat16 takes the AVX512-BF16 copy where the CPU has it
+// and DQ, which every such CPU has). False where no vector level runs (the
+// baseline, or a CPU without F16C): the caller then runs its plain loop.
+template <typename Body, typename T, SimdLevel Cap = SimdLevel::Avx512, typename... A>
+bool run_at_level(A&&... a) {
   if (!cpu_has_16bit_simd()) return false;
-  const SimdLevel level = simd_level() < cap ? simd_level() : cap;
-  if (level == SimdLevel::Avx512) {
-    if constexpr (std::is_same_v<T, BFloat16>) {
-      if (cpu_has_avx512bf16_dq()) {
-        at_avx512bf16<Body>(std::forward<A>(a)...);
-        return true;
+  if constexpr (Cap == SimdLevel::Avx512) {
+    if (simd_level() == SimdLevel::Avx512) {
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (cpu_has_avx512bf16_dq()) {
+          at_avx512bf16<Body>(std::forward<A>(a)...);
+          return true;
+        }
       }
+      at_avx512<Body>(std::forward<A>(a)...);
+      return true;
     }
-    at_avx512<Body>(std::forward<A>(a)...);
-    return true;
   }
-  if (level == SimdLevel::Avx2) {
+  if (simd_level() != SimdLevel::Baseline) {
     at_avx2<Body>(std::forward<A>(a)...);
     return true;
   }
