@@ -3,6 +3,7 @@
 // suites check that the Python twin (tierkit_core.row_rules) says the same.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,9 +41,9 @@ TEST(RowRules, AParameterIsOneColumnLong) {
 }
 
 std::string fit(const Sizes& x, const Sizes& a, const Sizes& b, const rules::Words& w = rules::kTorchWords) {
-  const Sizes* tables[2] = {&a, &b};
-  const char* names[2] = {"cos", "sin"};
-  return refusal([&] { rules::tables_fit(x, tables, names, 2, "even, at most x.size(-1)", w); });
+  return refusal([&] {
+    rules::tables_fit(x, std::array<Sizes, 2>{a, b}, {"cos", "sin"}, "even, at most x.size(-1)", w);
+  });
 }
 
 TEST(RowRules, TablesShareAnEvenWidthAndBroadcast) {

@@ -624,14 +624,9 @@ struct BridgeMap {
       dtype = tierkit::promote_floating(dtype, t.dtype());
     }
     std::array<std::vector<std::int64_t>, N> sizes;
-    std::array<const std::vector<std::int64_t>*, N> each;
-    for (std::size_t i = 0; i < N; ++i) {
-      sizes[i] = dims(args[i]->view().shape());
-      each[i] = &sizes[i];
-    }
+    for (std::size_t i = 0; i < N; ++i) sizes[i] = dims(args[i]->view().shape());
     row_rule(op, [&] {
-      rules::tables_fit(dims(vx.shape()), each.data(), Info::tables.data(), N, Info::width_rule,
-                        rules::kNumpyWords);
+      rules::tables_fit(dims(vx.shape()), sizes, Info::tables, Info::width_rule, rules::kNumpyWords);
     });
     const std::int64_t d = vx.shape()[vx.rank() - 1], r = sizes[0].back();
     // As the kernel reads them: C-contiguous, in the promoted dtype.

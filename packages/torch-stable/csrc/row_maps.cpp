@@ -36,7 +36,6 @@ void check_map(const char* op, const Tensor& x, const std::array<Tensor, N>& tab
   core_check(op, [&] { rules::x_rank(x.dim(), nullptr, rules::kTorchWords); });
   check_first(op, x, "x");
   std::array<std::vector<int64_t>, N> sizes;
-  std::array<const std::vector<int64_t>*, N> each;
   for (std::size_t i = 0; i < N; ++i) {
     const Tensor& t = tables[i];
     const std::string name = Info::tables[i];
@@ -47,11 +46,9 @@ void check_map(const char* op, const Tensor& x, const std::array<Tensor, N>& tab
     check_dtype(op, t, Info::tables[i]);
     core_check(op, [&] { rules::table_rank(Info::tables[i], t.dim(), rules::kTorchWords); });
     sizes[i] = sizes_of(t);
-    each[i] = &sizes[i];
   }
-  core_check(op, [&] {
-    rules::tables_fit(sizes_of(x), each.data(), Info::tables.data(), N, Info::width_rule, rules::kTorchWords);
-  });
+  core_check(
+      op, [&] { rules::tables_fit(sizes_of(x), sizes, Info::tables, Info::width_rule, rules::kTorchWords); });
 }
 
 template <typename Info, typename K>

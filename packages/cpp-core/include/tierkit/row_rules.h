@@ -10,6 +10,8 @@
 // [2, 3], or numpy's arrays and (2, 3).
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +35,7 @@ template <typename Sizes>
 auto last(const Sizes& s) {
   return s[s.size() - 1];
 }
+inline const char* article(const Words& w) { return w.noun[0] == 'a' ? "an " : "a "; }
 template <typename Int>
 std::string one(const Int& n, ShapeStyle style) {
   const Int sizes[1] = {n};
@@ -43,7 +46,7 @@ std::string one(const Int& n, ShapeStyle style) {
 // x: the rows, along its last dim. `why` (or nullptr): what that dim is for.
 inline void x_rank(std::int64_t rank, const char* why, const Words& w) {
   if (rank >= 1) return;
-  fail("x: expected a", w.noun[0] == 'a' ? "n " : " ", w.noun, " with at least one dimension",
+  fail("x: expected ", detail::article(w), w.noun, " with at least one dimension",
        why ? std::string(" (") + why + ")" : std::string(), ", got ", w.zero_d);
 }
 
@@ -61,18 +64,18 @@ void param_shape(const char* name, const Sizes& got, const Int& d, const Words& 
 // dims without enlarging x. `names[i]` names tables[i].
 inline void table_rank(const char* name, std::int64_t rank, const Words& w) {
   if (rank >= 1) return;
-  fail(name, ": expected a", w.noun[0] == 'a' ? "n " : " ", w.noun,
+  fail(name, ": expected ", detail::article(w), w.noun,
        " with at least one dimension (its last is the width r), got ", w.zero_d);
 }
-template <typename Sizes, typename TableSizes>
-void tables_fit(const Sizes& x, const TableSizes* const* tables, const char* const* names, std::size_t n,
-                const char* rule, const Words& w) {
-  const auto r = detail::last(*tables[0]);
+template <typename Sizes, typename TableSizes, std::size_t N>
+void tables_fit(const Sizes& x, const std::array<TableSizes, N>& tables,
+                const std::array<const char*, N>& names, const char* rule, const Words& w) {
+  const auto r = detail::last(tables[0]);
   const auto d = detail::last(x);
   if (!(r % 2 == 0 && r <= d))
     fail(names[0], ": expected a width r = ", names[0], w.last_dim, " that is ", rule, " (", d, "), got ", r);
-  for (std::size_t i = 0; i < n; ++i) {
-    const TableSizes& t = *tables[i];
+  for (std::size_t i = 0; i < N; ++i) {
+    const TableSizes& t = tables[i];
     if (!(detail::last(t) == r))
       fail(names[i], ": expected a last dimension of ", r, " (the width, ", names[0], "'s), got ",
            detail::last(t));

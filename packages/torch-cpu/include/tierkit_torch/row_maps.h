@@ -34,14 +34,9 @@ void check_map(const char* op, const at::Tensor& x, const std::array<const at::T
     core_check(op, [&] { rules::table_rank(name, t.dim(), rules::kTorchWords); });
   }
   std::array<c10::SymIntArrayRef, N> sizes;
-  std::array<const c10::SymIntArrayRef*, N> each;
-  for (std::size_t i = 0; i < N; ++i) {
-    sizes[i] = tables[i]->sym_sizes();
-    each[i] = &sizes[i];
-  }
+  for (std::size_t i = 0; i < N; ++i) sizes[i] = tables[i]->sym_sizes();
   core_check(op, [&] {
-    rules::tables_fit(x.sym_sizes(), each.data(), Info::tables.data(), N, Info::width_rule,
-                      rules::kTorchWords);
+    rules::tables_fit(x.sym_sizes(), sizes, Info::tables, Info::width_rule, rules::kTorchWords);
   });
 }
 
