@@ -49,6 +49,16 @@ def casting(op: Entry) -> bool:
     return isinstance(op, RowReduction) and op.casting
 
 
+def with_params(op: Entry) -> bool:
+    """A row op with per-column parameters (the norms): what mixed-dtype rules are about."""
+    return isinstance(op, RowReduction) and bool(op.params)
+
+
+def along_a_dim(op: Entry) -> bool:
+    """A row op with a dim argument (softmax, log_softmax)."""
+    return isinstance(op, RowReduction) and op.has_dim
+
+
 # A casting test holds a case per entry with casting modes and per mode (its ids name both).
 MODES = tuple(m.name for m in CASTING_MODES)
 
@@ -109,7 +119,11 @@ MAP_SUITE = tuple(
 # The shared row suite (tierkit_torch_common.row_suite), as each torch tier collects it.
 ROW_SUITE = (
     rows("rows: values and accuracy per dtype", "tests/test_rows.py", "test_at_least_as_accurate_as_aten"),
-    rows("rows: mixed dtypes", "tests/test_rows.py", "test_parameters_of_another_dtype_as_aten"),
+    rows("rows: mixed dtypes", "tests/test_rows.py", "test_parameters_of_another_dtype_as_aten", with_params),
+    rows("rows: any dim", "tests/test_rows.py", "test_along_any_dim_as_aten", along_a_dim),
+    rows(
+        "rows: infinite and NaN rows", "tests/test_rows.py", "test_infinite_and_nan_rows_as_aten", along_a_dim
+    ),
     rows(
         "rows: default eps, empty and strided",
         "tests/test_rows.py",
@@ -187,7 +201,12 @@ SUITES = {
             ),
             *ROW_SUITE,
             rows("rows: export", "tests/test_rows.py", "test_export_with_a_dynamic_batch"),
-            rows("rows: the module", "tests/test_rows.py", "test_module_is_a_drop_in_for_torchs"),
+            rows(
+                "rows: the module",
+                "tests/test_rows.py",
+                "test_module_is_a_drop_in_for_torchs",
+                lambda e: bool(e.module),
+            ),
             *CASTING_SUITE,
             rows(
                 "casting: the module",
@@ -234,18 +253,21 @@ SUITES = {
                 "rows: mixed dtypes",
                 "tests/test_aten_semantics.py",
                 "test_rows_with_parameters_of_another_dtype_are_aten",
+                with_params,
                 also=BOTH,
             ),
             rows(
                 "rows: mixed-dtype gradients",
                 "tests/test_aten_semantics.py",
                 "test_row_gradients_with_parameters_of_another_dtype",
+                with_params,
                 also=BOTH,
             ),
             rows(
                 "rows: autocast, fakes and compile",
                 "tests/test_aten_semantics.py",
                 "test_rows_mixed_dtypes_under_autocast_fakes_and_compile",
+                with_params,
                 also=BOTH,
             ),
         ),
@@ -297,6 +319,10 @@ SUITES = {
                 "rows: mixed dtypes",
                 "tests/test_rows.py",
                 "test_parameters_of_another_dtype_are_computed_in_xs_compute_type",
+                with_params,
+            ),
+            rows(
+                "rows: any axis", "tests/test_rows.py", "test_along_any_axis_as_scipy_gives_it", along_a_dim
             ),
             rows("rows: layouts and out=", "tests/test_rows.py", "test_strided_input_and_out"),
             rows(
@@ -360,6 +386,12 @@ SUITES = {
                 "test_float32_parameters_with_bfloat16_input_match_the_cpu",
             ),
             rows("rows: compile", "tests/test_gpu_rows.py", "test_compile_fullgraph_dynamic"),
+            rows(
+                "rows: any dim and infinite rows",
+                "tests/test_gpu_rows.py",
+                "test_along_any_dim_and_infinite_rows_match_the_cpu",
+                along_a_dim,
+            ),
             maps(
                 "maps: values and gradients",
                 "tests/test_gpu_row_maps.py",

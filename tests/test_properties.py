@@ -218,7 +218,7 @@ def row_tolerance(entry, x, params, eps, dtype):
     x = np.asarray(x, dtype=np.float64)
     xhat = row_reference(entry, x, [None] * len(params), eps)
     scale = np.abs(xhat).max(-1, keepdims=True) if xhat.size else 0.0
-    w = 1.0 if params[0] is None else np.abs(params[0].astype(np.float64))
+    w = 1.0 if not params or params[0] is None else np.abs(params[0].astype(np.float64))
     b = 0.0 if len(params) < 2 or params[1] is None else np.abs(params[1].astype(np.float64))
     if x.size:
         amax = np.abs(x).max(-1, keepdims=True)
@@ -235,7 +235,7 @@ def check_bridge_rows(data, name, dtype):
     entry = ROWS[name]
     x, params = data.draw(row_inputs(entry, dtype))
     eps = 1e-5
-    got = np.asarray(getattr(tb, name)(x, *params, eps)).astype(np.float64)
+    got = np.asarray(getattr(tb, name)(x, *params, -1 if entry.has_dim else eps)).astype(np.float64)
     want = row_reference(entry, x, params, eps)
     assert got.shape == want.shape
     assert (np.abs(got - want) <= row_tolerance(entry, x, params, eps, dtype)).all()
@@ -247,16 +247,20 @@ def check_torch_rows(data, name, dtype):
     x, params = data.draw(row_inputs(entry, np_dtype, negative=False))
     tx = to_torch(x, dtype)
     tp = [None if p is None else torch.from_numpy(p.copy()).to(dtype) for p in params]
-    got = getattr(torch.ops.tierkit, name)(tx, *tp, 1e-5)
-    want = getattr(torch.nn.functional, name)(
-        tx.float() if dtype != torch.float64 else tx,
-        tx.shape[-1:],
-        *(
-            None if p is None else p.to(torch.float64 if dtype == torch.float64 else torch.float32)
-            for p in tp
-        ),
-        1e-5,
-    )
+    got = getattr(torch.ops.tierkit, name)(tx, *tp, -1 if entry.has_dim else 1e-5)
+    wide = tx.float() if dtype != torch.float64 else tx
+    if entry.has_dim:  # torch.softmax(x, -1), ...
+        want = getattr(torch, name)(wide, -1)
+    else:
+        want = getattr(torch.nn.functional, name)(
+            wide,
+            tx.shape[-1:],
+            *(
+                None if p is None else p.to(torch.float64 if dtype == torch.float64 else torch.float32)
+                for p in tp
+            ),
+            1e-5,
+        )
     assert got.shape == want.shape and got.dtype == dtype
     tol = row_tolerance(
         entry,

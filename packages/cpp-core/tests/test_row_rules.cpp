@@ -32,6 +32,18 @@ TEST(RowRules, XNeedsADimension) {
             "x: expected an array with at least one dimension, got a 0-d one");
 }
 
+TEST(RowRules, ADimLiesWithinTheRank) {
+  std::int64_t wrapped = -1;
+  EXPECT_EQ(refusal([&] { wrapped = rules::dim("dim", -3, 3, rules::kTorchWords); }), "");
+  EXPECT_EQ(wrapped, 0);
+  EXPECT_EQ(refusal([&] { wrapped = rules::dim("dim", 2, 3, rules::kTorchWords); }), "");
+  EXPECT_EQ(wrapped, 2);
+  EXPECT_EQ(refusal([] { rules::dim("dim", 3, 3, rules::kTorchWords); }),
+            "dim: expected a dim in [-3, 3) for x of 3 dimensions, got 3");
+  EXPECT_EQ(refusal([] { rules::dim("axis", -2, 1, rules::kNumpyWords); }),
+            "axis: expected a dim in [-1, 1) for x of 1 dimension, got -2");
+}
+
 TEST(RowRules, AParameterIsOneColumnLong) {
   EXPECT_EQ(refusal([] { rules::param_shape("weight", Sizes{4}, std::int64_t{4}, rules::kTorchWords); }), "");
   EXPECT_EQ(refusal([] { rules::param_shape("weight", Sizes{5}, std::int64_t{4}, rules::kTorchWords); }),

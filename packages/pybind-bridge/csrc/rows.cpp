@@ -139,6 +139,34 @@ double eps_of(const std::string& op, const py::handle& eps, tierkit::DType x_dty
 
 std::vector<std::int64_t> dims(const tierkit::Shape& s) { return {s.begin(), s.begin() + s.rank()}; }
 
+// An axis (the dim role, numpy's name): an integer (Python's or numpy's,
+// not a bool), or the error naming it.
+std::int64_t axis_of(const std::string& op, const py::handle& v) {
+  bool integer = !PyBool_Check(v.ptr()) && PyLong_Check(v.ptr());
+  if (!integer && !PyBool_Check(v.ptr())) {
+    const py::object np = imported("numpy");
+    integer = np && py::isinstance(v, np.attr("integer"));
+  }
+  if (!integer)
+    throw py::type_error(op + "axis: expected an int, got " +
+                         std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+  return v.cast<std::int64_t>();
+}
+
+// v with its dim `axis` moved last (a view of the same elements).
+tierkit::TensorView axis_last(const tierkit::TensorView& v, int axis) {
+  tierkit::Shape shape, strides;
+  for (int i = 0; i < v.rank(); ++i)
+    if (i != axis) {
+      shape.push_back(v.shape()[i]);
+      strides.push_back(v.strides()[i]);
+    }
+  shape.push_back(v.shape()[axis]);
+  strides.push_back(v.strides()[axis]);
+  const std::int64_t capacity = v.offset() + (v.numel() ? tierkit::reach(shape, strides).hi + 1 : 0);
+  return tierkit::TensorView(v.base(), capacity, v.dtype(), shape, strides, v.offset());
+}
+
 // A shape as Python prints a tuple: (3,), (2, 3), ().
 std::string py_shape(const tierkit::Shape& s) { return tierkit::shape_str(dims(s)); }
 
@@ -340,7 +368,8 @@ void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::Tens
     std::vector<tierkit::compute_t<T>> stats(static_cast<std::size_t>(rows * K::kStats));
     const auto run = [&](auto p) {
       using Param = std::remove_const_t<std::remove_pointer_t<decltype(p.w)>>;
-      if (params[0]) p.w = static_cast<const Param*>(params[0]->data());
+      if constexpr (P > 0)
+        if (params[0]) p.w = static_cast<const Param*>(params[0]->data());
       if constexpr (P > 1)
         if (params[1]) p.b = static_cast<const Param*>(params[1]->data());
       p.round_normalized = round_normalized;
@@ -421,9 +450,19 @@ struct BridgeRows {
     if (!tierkit::is_accepted(vx.dtype()))
       throw py::type_error(op + "x: expected dtype " + tierkit::accepted_dtype_names() + ", got " +
                            std::string(tierkit::dtype_name(vx.dtype())));
-    row_rule(op, [&] { rules::x_rank(vx.rank(), "the last is normalised", rules::kNumpyWords); });
+    // The dim role: rows along `axis`, the last-axis rows of x with it moved last.
+    int axis = vx.rank() - 1;
+    if constexpr (Info::has_dim) {
+      const std::int64_t a = axis_of(op, eps_in);
+      row_rule(op, [&] {
+        rules::x_rank(vx.rank(), "one is the axis it runs along", rules::kNumpyWords);
+        axis = static_cast<int>(rules::dim("axis", a, vx.rank(), rules::kNumpyWords));
+      });
+    } else {
+      row_rule(op, [&] { rules::x_rank(vx.rank(), "the last is normalised", rules::kNumpyWords); });
+    }
     const std::int64_t d = vx.shape()[vx.rank() - 1];
-    const double eps = eps_of<Info>(op, eps_in, vx.dtype());
+    const double eps = Info::has_dim ? 0.0 : eps_of<Info>(op, eps_in, vx.dtype());
 
     // The parameters as the kernel reads them: C-contiguous (a copy only when not).
     std::array<std::optional<ArrayArg>, P> args;
@@ -453,21 +492,24 @@ struct BridgeRows {
     // result_type(weight, x)).
     std::optional<Buffer> arranged;
     const tierkit::TensorView* after = nullptr;
-    if (mode && !params[0] && offset != 0.0)
-      throw py::value_error(
-          op + "offset: expected 0.0 without a weight (the offset is added to the weight), got " +
-          std::string(py::repr(py::float_(offset))));
-    if (mode && params[0]) {
-      if (mode->weight_in_compute || offset != 0.0) {
-        bool wide = vx.dtype() == tierkit::DType::Float64 || params[0]->dtype() == tierkit::DType::Float64;
-        const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
-        arranged = Buffer::empty(params[0]->shape(), mode->weight_in_compute ? c : params[0]->dtype(), false);
-        offset_into(*params[0], offset, arranged->view());
-        views[0] = arranged->view();
-      }
-      if (mode->rounds_normalized) {
-        after = &views[0];
-        params[0] = nullptr;
+    if constexpr (Info::casting) {
+      if (mode && !params[0] && offset != 0.0)
+        throw py::value_error(
+            op + "offset: expected 0.0 without a weight (the offset is added to the weight), got " +
+            std::string(py::repr(py::float_(offset))));
+      if (mode && params[0]) {
+        if (mode->weight_in_compute || offset != 0.0) {
+          bool wide = vx.dtype() == tierkit::DType::Float64 || params[0]->dtype() == tierkit::DType::Float64;
+          const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
+          arranged =
+              Buffer::empty(params[0]->shape(), mode->weight_in_compute ? c : params[0]->dtype(), false);
+          offset_into(*params[0], offset, arranged->view());
+          views[0] = arranged->view();
+        }
+        if (mode->rounds_normalized) {
+          after = &views[0];
+          params[0] = nullptr;
+        }
       }
     }
     const tierkit::DType result_dtype =
@@ -476,8 +518,9 @@ struct BridgeRows {
     // x as the kernel reads it: C-contiguous (a copy only when it is not).
     std::optional<Buffer> x_copy;
     tierkit::TensorView xc = vx;
-    if (!vx.is_contiguous()) {
-      x_copy = contiguous_copy(vx);
+    const bool moved = axis != vx.rank() - 1;
+    if (moved || !vx.is_contiguous()) {
+      x_copy = contiguous_copy(moved ? axis_last(vx, axis) : vx);
       xc = x_copy->view();
     }
     // The forward into a C-contiguous `y` of the result's dtype (then the product after, if any).
@@ -486,10 +529,10 @@ struct BridgeRows {
     // The weight is the only parameter (casting modes are weight-only) and of x's dtype: the
     // call mixes no dtypes, so it goes to run_rows as it is.
     const bool one_pass = after && after->dtype() == vx.dtype();
-    const auto forward = [&](const tierkit::TensorView& y) {
+    const auto forward_rows = [&](const tierkit::TensorView& y) {
       if (one_pass) {
         std::array<const tierkit::TensorView*, P> with_weight = params;
-        with_weight[0] = after;
+        if constexpr (P > 0) with_weight[0] = after;
         return run_rows<K, P>(xc, with_weight, eps, y, false, true);
       }
       if (!after) return run_kernel<K, P>(xc, params, eps, y);
@@ -497,12 +540,19 @@ struct BridgeRows {
       run_kernel<K, P>(xc, params, eps, normalized.view());
       scale_columns_into(normalized.view(), *after, y);
     };
+    // Along a moved axis: the rows computed apart, then each element put back in its place in y.
+    const auto forward = [&](const tierkit::TensorView& y) {
+      if (!moved) return forward_rows(y);
+      Buffer rows = Buffer::empty(xc.shape(), y.dtype(), false);
+      forward_rows(rows.view());
+      copy_elements(rows.view(), axis_last(y, axis));
+    };
 
     std::vector<tierkit::TensorView> read;  // what the kernel reads besides x
     for (const tierkit::TensorView* v : params)
       if (v) read.push_back(*v);
     if (after) read.push_back(*after);
-    return into_result(op, x, vx, xc, read, out, result_dtype,
+    return into_result(op, x, vx, moved ? vx : xc, read, out, result_dtype,
                        after ? " (the result's: result_type(weight, x))" : " (x's)", forward);
   }
 
@@ -536,8 +586,28 @@ struct BridgeRows {
            "(offset + weight in the compute type).";
   }
 
+  static std::string axis_doc() {
+    return std::string(Info::name) +
+           " along ``axis`` (any axis, negative counting from the end), as scipy.special's function of that "
+           "name gives it for an int axis; what torch calls " +
+           Info::doc +
+           ". 16-bit inputs are computed in "
+           "float32 and rounded once; every row is reduced in one fixed order, so the result does not depend "
+           "on the thread count. Returns a new array presented like ``x``, or writes into ``out`` (x's shape "
+           "and dtype, any layout) and returns it. Masked arrays are refused.";
+  }
+
   static void bind(py::module_& m) {
-    if constexpr (P == 1 && Info::casting) {
+    if constexpr (Info::has_dim) {
+      static_assert(P == 0, "an op along a dim has no per-column parameters");
+      m.def(
+          Info::name,
+          [](py::object x, const py::object& axis, const py::object& out) {
+            return call(std::move(x), Args{}, axis, out);
+          },
+          py::arg("x"), py::arg_v("axis", -1), py::kw_only(), py::arg_v("out", py::none(), "None"),
+          axis_doc().c_str());
+    } else if constexpr (P == 1 && Info::casting) {
       m.def(
           Info::name,
           [](py::object x, py::object p0, const py::object& eps, const py::object& out,

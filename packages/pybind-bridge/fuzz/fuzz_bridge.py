@@ -350,22 +350,27 @@ def check_rows(fdp, x):
             out = np.empty(x.shape[::-1], x.dtype).T  # strided
         elif mode == 3 and x.flags.writeable:
             out = x
-        weight = params[0]
+        weight = params[0] if params else None
         if out is not None and out is not x and weight is not None and out.flags.c_contiguous and out.size:
             if fdp.ConsumeBool():  # the weight lies in out: read as it was at the call
                 row = out.reshape(-1, d)[0]
                 row[...] = weight
                 params[0] = row
+    axis = -1  # an entry along an axis: any of x's, when x is an array with one
+    if entry.has_dim and isinstance(x, np.ndarray) and x.ndim:
+        axis = fdp.ConsumeIntInRange(-x.ndim, x.ndim - 1)
     x_before = np.array(x, copy=True) if isinstance(x, np.ndarray) else None
     before = [None if p is None else np.array(p, copy=True) for p in params]
     try:
-        got = getattr(tb, entry.name)(x, *params, 1e-6, out=out)
+        got = getattr(tb, entry.name)(x, *params, axis if entry.has_dim else 1e-6, out=out)
     except ALLOWED:
         return
     if x_before is not None and not (out is not None and _has_internal_overlap(out)):
         # Against numpy on the values the arguments had at the call. (An out
         # whose elements share addresses holds whichever write came last, in
         # the bridge as in numpy: no value to check.)
+        if x_before.ndim and entry.has_dim:  # the rows along the axis, as the last axis's
+            x_before, got = np.moveaxis(x_before, axis, -1), np.moveaxis(np.asarray(got), axis, -1)
         _compare_rows(entry, x_before, before, got)
 
 
@@ -390,7 +395,7 @@ def _compare_rows(entry, x, params, got):
     # scaled by its weight, plus its own.
     xhat = numpy_row_reference(np, entry, x, [None] * len(params), 1e-6, wide)
     scale = np.abs(xhat).max(-1, keepdims=True) if xhat.size else 0.0
-    w = 1.0 if params[0] is None else np.abs(params[0].astype(wide))
+    w = 1.0 if not params or params[0] is None else np.abs(params[0].astype(wide))
     b = 0.0 if len(params) < 2 or params[1] is None else np.abs(params[1].astype(wide))
     g = np.asarray(got).astype(wide)
     tol = 1e-5 * (np.abs(want) + scale * w + b) + 1e-30

@@ -11,10 +11,25 @@ from tierkit_core.op_table import ROW_REDUCTIONS
 from tierkit_core.op_testing import dtype_pairs
 
 ENTRIES = pytest.mark.parametrize("entry", ROW_REDUCTIONS, ids=[e.name for e in ROW_REDUCTIONS])
+# The entries with per-column parameters (the norms), whose dtype and keyword rules these are.
+_WITH_PARAMS = [e for e in ROW_REDUCTIONS if e.params]
+WITH_PARAMS = pytest.mark.parametrize("entry", _WITH_PARAMS, ids=[e.name for e in _WITH_PARAMS])
 
 
 def op(entry):
     return getattr(tb, entry.name)
+
+
+def last(entry, eps):
+    """The function's last argument in a call over the last axis: its eps, or its axis (-1)."""
+    return -1 if entry.has_dim else eps
+
+
+def torch_ref(torch, entry, x, params, *eps):
+    """torch's function for the entry over the last dim: F.<name>(x, (d,), *params, *eps), or torch.<name>(x, -1)."""
+    if entry.has_dim:
+        return getattr(torch, entry.name)(x, -1)
+    return getattr(torch.nn.functional, entry.name)(x, (x.shape[-1],), *params, *eps)
 
 
 def make_params(entry, d, dtype, rng):
@@ -40,7 +55,7 @@ def test_matches_extended_precision(entry, dtype, shape):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(shape) * 3 + 0.5).astype(dtype)
     for params in subsets(entry, make_params(entry, shape[-1], dtype, rng)):
-        got = op(entry)(x, *params, 1e-6)
+        got = op(entry)(x, *params, last(entry, 1e-6))
         assert got.dtype == x.dtype and got.shape == x.shape
         want = row_reference(entry, x, params, 1e-6)
         # Rounded once from float (double) accumulation: within an ulp of the
@@ -52,7 +67,7 @@ def test_matches_extended_precision(entry, dtype, shape):
 MIXED = dtype_pairs("float16/float32 float32/float64 float64/float32 float16/float64 float32/float16", np)
 
 
-@ENTRIES
+@WITH_PARAMS
 @pytest.mark.parametrize(("xd", "wd"), MIXED, ids=[f"{np.dtype(a)}-x-{np.dtype(b)}-params" for a, b in MIXED])
 def test_parameters_of_another_dtype_are_computed_in_xs_compute_type(entry, xd, wd):
     # As torch's norms: the parameters converted to x's compute type (float32
@@ -81,7 +96,7 @@ def test_parameters_of_another_dtype_are_computed_in_xs_compute_type(entry, xd, 
         np.testing.assert_array_equal(out, got)
 
 
-@ENTRIES
+@WITH_PARAMS
 def test_parameters_of_another_dtype_with_torch_bfloat16_are_torchs(entry):
     torch = pytest.importorskip("torch")
     x = (torch.randn(6, 40) * 3).bfloat16()
@@ -99,14 +114,13 @@ def test_agrees_with_torch_and_its_default_eps(entry):
     x = rng.standard_normal((6, 40)).astype(np.float32) * 1e-3  # small: eps matters
     params = make_params(entry, 40, np.float32, rng)
     # The default eps (the table's, or torch's machine epsilon) left out on both sides.
-    want = getattr(torch.nn.functional, entry.name)(
-        torch.from_numpy(x), (40,), *map(torch.from_numpy, params)
-    )
+    want = torch_ref(torch, entry, torch.from_numpy(x), list(map(torch.from_numpy, params)))
     np.testing.assert_allclose(op(entry)(x, *params), want.numpy(), rtol=1e-6, atol=1e-6)
-    assert np.abs(op(entry)(x, *params) - op(entry)(x, *params, 1e-2)).max() > 1e-3  # eps is read
+    if entry.has_eps:
+        assert np.abs(op(entry)(x, *params) - op(entry)(x, *params, 1e-2)).max() > 1e-3  # eps is read
 
 
-@ENTRIES
+@WITH_PARAMS
 def test_parameters_by_keyword(entry):
     rng = np.random.default_rng(6)
     x = rng.standard_normal((3, 8)).astype(np.float32)
@@ -139,7 +153,7 @@ def test_strided_input_and_out(entry):
     np.testing.assert_array_equal(inplace, want)
 
 
-@ENTRIES
+@WITH_PARAMS
 def test_a_parameter_inside_out_is_read_as_it_was_at_the_call(entry):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((4, 8)).astype(np.float32)
@@ -154,7 +168,9 @@ def test_a_parameter_inside_out_is_read_as_it_was_at_the_call(entry):
 @ENTRIES
 def test_zero_rows_and_empty(entry):
     zeros = op(entry)(np.zeros((3, 4), np.float32))
-    np.testing.assert_array_equal(zeros, np.zeros((3, 4), np.float32))  # both kinds: 0 / sqrt(eps) * 0
+    # The norms: 0 / sqrt(eps) * 0; softmax: 1/4 each (log: log(1/4)).
+    want = row_reference(entry, np.zeros((3, 4), np.float32), [None] * len(entry.params), 1e-6)
+    np.testing.assert_allclose(zeros, want.astype(np.float32), rtol=1e-7, atol=0)
     assert op(entry)(np.zeros((0, 4), np.float32)).shape == (0, 4)
     assert op(entry)(np.zeros((4, 0), np.float32)).shape == (4, 0)
 
@@ -166,8 +182,23 @@ def error_cases(entry):
     yield lambda: f(np.ones((2, 3), np.int32)), TypeError, rf"^{n}: x: expected dtype .*, got int32"
     yield lambda: f(np.float32(1.0)), ValueError, rf"^{n}: x: expected an array with at least one"
     yield lambda: f(x, out=np.empty((3, 2), np.float32)), ValueError, rf"^{n}: out: expected shape \(2, 3\)"
-    yield lambda: f(x, eps="1"), TypeError, rf"^{n}: eps: expected a real number, got str"
-    yield lambda: f(x, eps=True), TypeError, rf"^{n}: eps: expected a real number, got bool"
+    if entry.has_dim:
+        yield lambda: f(x, axis="1"), TypeError, rf"^{n}: axis: expected an int, got str"
+        yield lambda: f(x, axis=True), TypeError, rf"^{n}: axis: expected an int, got bool"
+        yield lambda: f(x, axis=1.0), TypeError, rf"^{n}: axis: expected an int, got float"
+        yield (
+            lambda: f(x, axis=2),
+            ValueError,
+            rf"^{n}: axis: expected a dim in \[-2, 2\) for x of 2 dimensions, got 2",
+        )
+        yield (
+            lambda: f(x, -3),
+            ValueError,
+            rf"^{n}: axis: expected a dim in \[-2, 2\) for x of 2 dimensions, got -3",
+        )
+    else:
+        yield lambda: f(x, eps="1"), TypeError, rf"^{n}: eps: expected a real number, got str"
+        yield lambda: f(x, eps=True), TypeError, rf"^{n}: eps: expected a real number, got bool"
     for p in entry.params:
         yield (
             lambda p=p: f(x, **{p: np.ones(4, np.float32)}),
@@ -199,8 +230,38 @@ def test_errors_name_the_argument(entry, case):
 @ENTRIES
 def test_numpy_scalars_are_accepted_as_eps(entry):
     x = np.random.default_rng(8).standard_normal((3, 8)).astype(np.float32)
+    if entry.has_dim:  # its axis instead
+        np.testing.assert_array_equal(op(entry)(x, axis=np.int64(0)), op(entry)(x, axis=0))
+        np.testing.assert_array_equal(op(entry)(x, np.int32(-2)), op(entry)(x, 0))
+        return
     np.testing.assert_array_equal(op(entry)(x, eps=np.float64(1e-3)), op(entry)(x, eps=1e-3))
     np.testing.assert_array_equal(op(entry)(x, eps=np.int64(1)), op(entry)(x, eps=1.0))
+
+
+_ALONG = [e for e in ROW_REDUCTIONS if e.has_dim]
+
+
+@pytest.mark.parametrize("entry", _ALONG, ids=[e.name for e in _ALONG])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("axis", [0, 1, -1, -3])
+def test_along_any_axis_as_scipy_gives_it(entry, dtype, axis):
+    """Any axis (scipy.special's softmax and log_softmax for an int axis):
+    within an ulp of the formula in extended precision, -inf elements 0
+    (log: -inf), an all -inf row NaN; out= of any layout."""
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((5, 6, 33)) * 3 + 0.5).astype(dtype)
+    got = op(entry)(x, axis)
+    assert got.dtype == x.dtype and got.shape == x.shape and got.flags.c_contiguous
+    moved = np.moveaxis(x, axis, -1)
+    want = np.moveaxis(row_reference(entry, moved, [], 0.0), -1, axis)
+    assert np.abs(got.astype(np.longdouble) - want).max() <= 2 * np.finfo(dtype).eps * np.abs(want).max()
+    out = np.empty(x.shape[::-1], dtype).T  # a Fortran-ordered out
+    assert op(entry)(x, axis=axis, out=out) is out
+    np.testing.assert_array_equal(out, got)
+    inf = np.array([[0.0, -np.inf, 1.0], [-np.inf, -np.inf, -np.inf]], dtype)
+    special = op(entry)(inf, -1)
+    assert np.isnan(special[1]).all() and not np.isnan(special[0]).any()
+    assert (special[0, 1] == -np.inf) if entry.name.startswith("log") else (special[0, 1] == 0)
 
 
 # ---- every producer the pointwise ops take ---------------------------------------
@@ -213,16 +274,15 @@ def test_torch_in_gives_torch_out_bfloat16_included(entry):
     for dtype in (torch.float32, torch.bfloat16):
         x = (torch.from_numpy(g.standard_normal((5, 64)).astype(np.float32)) * 3).to(dtype)
         params = [torch.from_numpy(p).to(dtype) for p in make_params(entry, 64, np.float32, g)]
-        got = op(entry)(x, *params, 1e-6)
+        got = op(entry)(x, *params, last(entry, 1e-6))
         assert isinstance(got, torch.Tensor) and got.dtype == dtype and got.shape == x.shape
-        f = getattr(torch.nn.functional, entry.name)
-        want = f(x.float(), (64,), *(p.float() for p in params), 1e-6).to(dtype)
+        want = torch_ref(torch, entry, x.float(), [p.float() for p in params], 1e-6).to(dtype)
         torch.testing.assert_close(
             got, want, rtol=torch.finfo(dtype).eps * 2, atol=torch.finfo(dtype).eps * 2
         )
         out = torch.empty_like(x)
         version = out._version
-        assert op(entry)(x, *params, 1e-6, out=out) is out and out._version > version
+        assert op(entry)(x, *params, last(entry, 1e-6), out=out) is out and out._version > version
         assert torch.equal(out, got)
 
 
@@ -234,7 +294,7 @@ def test_torch_rules_apply_and_name_the_argument(entry):
     with pytest.raises(ValueError, match=rf"^{n}: x: expected a tensor that does not require grad"):
         op(entry)(x)
     with torch.no_grad():  # torch computes with it there, so does the bridge
-        want = getattr(torch.nn.functional, n)(x.detach(), (8,))
+        want = torch_ref(torch, entry, x.detach(), [])
         torch.testing.assert_close(op(entry)(x), want)
     plain = torch.randn(3, 8)
     negated = torch._neg_view(plain)  # a lazily negated view: read by its values
@@ -242,10 +302,9 @@ def test_torch_rules_apply_and_name_the_argument(entry):
     assert torch.equal(op(entry)(negated), op(entry)(-plain))
     with pytest.raises(ValueError, match=rf"^{n}: x: expected CPU memory, got a tensor on device meta"):
         op(entry)(torch.empty(3, 8, device="meta"))
-    with pytest.raises(
-        ValueError, match=rf"^{n}: {entry.params[-1]}: expected a tensor that does not require"
-    ):
-        op(entry)(plain, **{entry.params[-1]: torch.ones(8, requires_grad=True)})
+    for p in entry.params[-1:]:
+        with pytest.raises(ValueError, match=rf"^{n}: {p}: expected a tensor that does not require"):
+            op(entry)(plain, **{p: torch.ones(8, requires_grad=True)})
 
 
 @ENTRIES
@@ -295,12 +354,15 @@ def test_sequences_and_core_refusals_keep_the_ops_name(entry):
 def test_every_entry_is_a_compiled_function_with_the_tables_signature():
     for entry in ROW_REDUCTIONS:
         doc = op(entry).__doc__
-        assert entry.doc in doc, entry.name
+        assert entry.doc in doc, entry.name  # the torch op's words, quoted
         first = doc.splitlines()[0]  # pybind11's signature line
         for p in entry.params:
             assert f"{p}: object = None" in first, first
-        assert f"eps: object = {entry.eps!r}" in first, first
+        if entry.has_dim:
+            assert "axis: object = -1" in first, first
+        else:
+            assert f"eps: object = {entry.eps!r}" in first, first
         assert "*, out: object = None" in first, first
         assert entry.name in tb.__all__
         with pytest.raises(TypeError):  # out is keyword-only
-            op(entry)(np.ones((2, 2), np.float32), *([None] * len(entry.params)), None, None)
+            op(entry)(np.ones((2, 2), np.float32), *([None] * len(entry.params)), last(entry, None), None)

@@ -28,7 +28,8 @@ def render(current: str) -> str:
             lines.append(f"def {name}({params}, *, out: _ArrayLike | None = None) -> Any: ...\n")
     for row in ROW_REDUCTIONS:
         eps = "float | None = None" if row.eps is None else f"float = {row.eps!r}"
-        args = ["x: _ArrayLike", *(f"{p}: _ArrayLike | None = None" for p in row.params), f"eps: {eps}", "*"]
+        last = "axis: int = -1" if row.has_dim else f"eps: {eps}"  # numpy's name for the dim role
+        args = ["x: _ArrayLike", *(f"{p}: _ArrayLike | None = None" for p in row.params), last, "*"]
         args.append("out: _ArrayLike | None = None")
         if row.casting:
             args += ["offset: float = 0.0", 'casting_mode: str = "aten"']

@@ -16,6 +16,9 @@
 // aten's out= ops, refuses arguments that need a derivative.
 #include <ATen/TensorOperators.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/log.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/rsqrt.h>
 #include <ATen/ops/sum.h>
@@ -54,7 +57,11 @@ at::ScalarType compute_of(const at::Tensor& x, const std::vector<at::Tensor>& pa
 // The op table's row formulas' functions over at::Tensor.
 struct AtenRowFunctions {
   at::Tensor row_mean(const at::Tensor& t) const { return at::mean(t, {-1}, /*keepdim=*/true); }
+  at::Tensor row_total(const at::Tensor& t) const { return at::sum(t, {-1}, /*keepdim=*/true); }
+  at::Tensor row_max(const at::Tensor& t) const { return at::amax(t, {-1}, /*keepdim=*/true); }
   at::Tensor rsqrt(const at::Tensor& t) const { return at::rsqrt(t); }
+  at::Tensor exp(const at::Tensor& t) const { return at::exp(t); }
+  at::Tensor log(const at::Tensor& t) const { return at::log(t); }
   // Over every leading dim: a parameter's shape.
   at::Tensor row_sum(const at::Tensor& t) const {
     std::vector<int64_t> leading;
@@ -69,7 +76,7 @@ template <typename Fn>
 at::Tensor with_params(const at::Tensor& x, const std::vector<at::Tensor>& params, const Fn& fn) {
   const at::ScalarType c = compute_of(x, params);
   const at::Tensor xf = x.to(c);
-  const at::Tensor w = params[0].defined() ? params[0].to(c) : at::Tensor();
+  const at::Tensor w = !params.empty() && params[0].defined() ? params[0].to(c) : at::Tensor();
   const at::Tensor b = params.size() > 1 && params[1].defined() ? params[1].to(c) : at::Tensor();
   const AtenRowFunctions f;
   if (w.defined() && b.defined()) return fn(f, xf, w, b);
@@ -176,12 +183,28 @@ struct AutogradRows {
     return false;
   }
 
-  static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Eps eps_in) {
+  static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Scalar s) {
     if (!graph_needed({&x}, params) && !tangent_needed({&x}, params))
-      return std::apply(
-          [&](const auto&... p) { return below<typename S::OpFn>(E::op_name(), x, p..., eps_in); }, params);
-    check_rows<E>(E::op_name(), x, params, x.device().type());  // errors name the op called
-    return std::get<0>(differentiated(x, params, eps_or_default(x, eps_in)));
+      return std::apply([&](const auto&... p) { return below<typename S::OpFn>(E::op_name(), x, p..., s); },
+                        params);
+    if constexpr (E::Info::has_dim) {
+      // Along the last dim of x moved: aten's movedim carries the derivatives through the move.
+      return along_dim(E::op_name(), x, s, [&](const at::Tensor& rows) {
+        check_rows<E>(E::op_name(), rows, params, rows.device().type());
+        return std::get<0>(differentiated(rows, params, 0.0));
+      });
+    } else {
+      check_rows<E>(E::op_name(), x, params, x.device().type());  // errors name the op called
+      return std::get<0>(differentiated(x, params, eps_or_default(x, s)));
+    }
+  }
+
+  // The forward building block below autograd.
+  static std::tuple<at::Tensor, at::Tensor> forward_below(const at::Tensor& x, const Ps& params, double eps) {
+    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
+    const auto h = op_handle<typename S::ForwardFn>(slot, E::forward_name());
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return S::call_forward(h, x, params, eps);
   }
 
   // The forward below autograd, y with a RowNode and the reference's
@@ -204,9 +227,7 @@ struct AutogradRows {
       node->eps = eps;
     }
     at::Tensor y, stats;
-    std::tie(y, stats) = std::apply(
-        [&](const auto&... p) { return below<typename S::ForwardFn>(E::forward_name(), x, p..., eps); },
-        params);
+    std::tie(y, stats) = forward_below(x, params, eps);
     if (node) {
       // An inference tensor cannot be saved for backward; aten's norms
       // still differentiate an inference x against a weight that requires
@@ -231,7 +252,7 @@ struct AutogradRows {
   }
 
   static std::tuple<at::Tensor, at::Tensor> add(const at::Tensor& x, const at::Tensor& residual,
-                                                const Ps& params, typename E::Eps eps) {
+                                                const Ps& params, typename E::Scalar eps) {
     if (!graph_needed({&x, &residual}, params) && !tangent_needed({&x, &residual}, params))
       return std::apply(
           [&](const auto&... p) { return below<typename S::AddFn>(E::add_name(), x, residual, p..., eps); },
@@ -246,7 +267,7 @@ struct AutogradRows {
   }
 
   static at::Tensor add_(const at::Tensor& x, const at::Tensor& residual, const Ps& params,
-                         typename E::Eps eps) {
+                         typename E::Scalar eps) {
     const char* name = E::add_inplace_name();
     std::vector<const at::Tensor*> args{&x, &residual};
     for (const OptTensor& p : params)
@@ -289,10 +310,7 @@ struct AutogradRows {
   }
 
   static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const Ps& params, double eps) {
-    if (!graph_needed({&x}, params) && !tangent_needed({&x}, params))
-      return std::apply(
-          [&](const auto&... p) { return below<typename S::ForwardFn>(E::forward_name(), x, p..., eps); },
-          params);
+    if (!graph_needed({&x}, params) && !tangent_needed({&x}, params)) return forward_below(x, params, eps);
     check_rows<E>(E::forward_name(), x, params, x.device().type());
     return differentiated(x, params, eps);
   }

@@ -113,7 +113,7 @@ template <typename Info>
 struct CastingRows {
   static_assert(Info::params.size() == 1, "casting modes are declared for weight-only norms");
   using E = RowEntry<Info, void, 1>;
-  using Eps = typename E::Eps;
+  using Eps = typename E::Scalar;
   using S = RowFunctionTypes<E>;
 
   static at::Tensor op(const at::Tensor& x, const std::optional<at::Tensor>& weight, Eps eps, double offset,

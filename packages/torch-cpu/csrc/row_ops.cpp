@@ -46,11 +46,10 @@ Params<P> contiguous(const Params<P>& params) {
 // type where the call mixes dtypes (MixedRows: converted to it, d elements).
 template <typename T, std::size_t P>
 tierkit::kernels::RowParams<T> row_params(const Params<P>& params) {
-  tierkit::kernels::RowParams<T> p;
-  if (defined(params[0])) p.w = static_cast<const T*>(params[0]->const_data_ptr());
-  if constexpr (P > 1)
-    if (defined(params[1])) p.b = static_cast<const T*>(params[1]->const_data_ptr());
-  return p;
+  std::array<const void*, P> data{};
+  for (std::size_t i = 0; i < P; ++i)
+    if (defined(params[i])) data[i] = params[i]->const_data_ptr();
+  return tierkit::kernels::row_params_of<T>(data);
 }
 
 template <typename T>
@@ -118,8 +117,13 @@ struct CpuRows {
     return {y, stats};
   }
 
-  static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Eps eps) {
-    return std::get<0>(forward_as(E::op_name(), x, params, eps_or_default(x, eps)));
+  static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Scalar s) {
+    if constexpr (E::Info::has_dim)
+      return along_dim(E::op_name(), x, s, [&](const at::Tensor& rows) {
+        return std::get<0>(forward_as(E::op_name(), rows, params, 0.0));
+      });
+    else
+      return std::get<0>(forward_as(E::op_name(), x, params, eps_or_default(x, s)));
   }
   static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const Ps& params, double eps) {
     return forward_as(E::forward_name(), x, params, eps);
@@ -199,14 +203,14 @@ struct CpuRows {
   }
 
   static std::tuple<at::Tensor, at::Tensor> add(const at::Tensor& x, const at::Tensor& residual,
-                                                const Ps& params, typename E::Eps eps) {
+                                                const Ps& params, typename E::Scalar eps) {
     at::Tensor h = fresh_like(x);
     at::Tensor y = add_forward(E::add_name(), x, residual, params, eps_or_default(x, eps), h);
     return {y, h};
   }
 
   static at::Tensor add_(const at::Tensor& x, const at::Tensor& residual, const Ps& params,
-                         typename E::Eps eps) {
+                         typename E::Scalar eps) {
     const char* op = E::add_inplace_name();
     check_in_place_residual(op, x, residual);
     return add_forward(op, x, residual, params, eps_or_default(x, eps), residual);
@@ -220,17 +224,21 @@ std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x, co
                                                          const at::Tensor& h_out, const at::Tensor& weight,
                                                          double eps) {
   using E = typename R::Entry;
-  typename R::Ps params;
-  params[0] = weight;
-  if (!residual.defined())
-    return {std::get<0>(R::forward_as(E::op_name(), x, params, eps, true)), at::Tensor()};
-  const at::Tensor h = h_out.defined() ? h_out : fresh_like(x);
-  at::Tensor y = R::add_forward(h_out.defined() ? E::add_inplace_name() : E::add_name(), x, residual, params,
-                                eps, h, true);
-  // A contiguous h_out is written below the dispatcher (a non-contiguous one through copy_): autograd must
-  // see it.
-  if (h_out.defined() && h_out.is_contiguous()) h_out.unsafeGetTensorImpl()->bump_version();
-  return {y, h};
+  if constexpr (R::P == 0) {  // never called: only the weight-only norms have casting modes
+    TORCH_CHECK(false, E::op_name(), ": has no weight to round after");
+  } else {
+    typename R::Ps params;
+    params[0] = weight;
+    if (!residual.defined())
+      return {std::get<0>(R::forward_as(E::op_name(), x, params, eps, true)), at::Tensor()};
+    const at::Tensor h = h_out.defined() ? h_out : fresh_like(x);
+    at::Tensor y = R::add_forward(h_out.defined() ? E::add_inplace_name() : E::add_name(), x, residual,
+                                  params, eps, h, true);
+    // A contiguous h_out is written below the dispatcher (a non-contiguous one through copy_): autograd
+    // must see it.
+    if (h_out.defined() && h_out.is_contiguous()) h_out.unsafeGetTensorImpl()->bump_version();
+    return {y, h};
+  }
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ class Model(torch.nn.Module):
             h = getattr(ops, op.name)(*tensors, *scalar_values(op.name))
         for entry in ROW_REDUCTIONS:
             params = [getattr(self, f"{entry.name}_{p}") for p in entry.params]
-            h = getattr(ops, entry.name)(h, *params, 1e-6)
+            h = getattr(ops, entry.name)(h, *params, 0 if entry.has_dim else 1e-6)
             if entry.fused_add:
                 n, r = getattr(ops, entry.add_name)(h, x, *([None] * len(params)), None)
                 h = ops.custom_add(n, r)

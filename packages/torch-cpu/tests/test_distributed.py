@@ -167,15 +167,24 @@ def _rows_worker(rank):
         gen = torch.Generator().manual_seed(0)
         x = torch.randn(4, 6, 8, generator=gen)
         params = [float(p == "weight") + 0.5 * torch.randn(8, generator=gen) for p in entry.params]
-        op, aten = getattr(ops, entry.name), getattr(F, entry.name)
+        op = getattr(ops, entry.name)
+        if entry.has_dim:  # along dim 1: softmax(x, 1)
+
+            def aten(t, _shape, *_, _n=entry.name):
+                return getattr(torch, _n)(t, 1)
+
+        else:
+            aten = getattr(F, entry.name)
+        last = 1 if entry.has_dim else 1e-6
         for placement in (Shard(0), Shard(1), Shard(2), Replicate()):
             dx = distribute_tensor(x, mesh, [placement]).requires_grad_()
             dps = [distribute_tensor(p, mesh, [Replicate()]).requires_grad_() for p in params]
-            y = op(dx, *dps, 1e-6)
+            y = op(dx, *dps, last)
             want = aten(x, (8,), *params, 1e-6)
-            grads = torch.autograd.grad(y.sum(), (dx, *dps))
+            g = torch.randn(4, 6, 8, generator=gen)  # not all ones: a softmax's gradient of a sum is 0
+            grads = torch.autograd.grad(y, (dx, *dps), distribute_tensor(g, mesh, [Replicate()]))
             xr, prs = x.clone().requires_grad_(), [p.clone().requires_grad_() for p in params]
-            exact = torch.autograd.grad(aten(xr, (8,), *prs, 1e-6).sum(), (xr, *prs))
+            exact = torch.autograd.grad(aten(xr, (8,), *prs, 1e-6), (xr, *prs), g)
             out[f"{entry.name} {placement}"] = (
                 [str(p) for p in y.placements],
                 bool(torch.allclose(y.full_tensor(), want, rtol=1e-5, atol=1e-6)),
@@ -245,7 +254,11 @@ def test_dtensor_row_reductions_shard_rows_without_communication():
     results = per_rank[0]
     for case, (_, values, grads, _) in results.items():
         assert values and all(grads), (case, results[case])
-    for entry in (e for e in ROW_REDUCTIONS if f"{e.name} S(0)" in results):
+    for entry in (e for e in ROW_REDUCTIONS if e.has_dim):  # along dim 1: the others keep their shard
+        n = entry.name
+        assert results[f"{n} S(0)"][0] == ["S(0)"] and results[f"{n} S(2)"][0] == ["S(2)"]
+        assert results[f"{n} S(1)"][0] != ["S(1)"]
+    for entry in (e for e in ROW_REDUCTIONS if f"{e.name} S(0)" in results and not e.has_dim):
         n = entry.name
         # A batch dim keeps its shard; the normalised dim is made whole first.
         assert results[f"{n} S(0)"][0] == ["S(0)"] and results[f"{n} S(1)"][0] == ["S(1)"]

@@ -17,7 +17,7 @@ from tierkit_torch_common.casting_suite import FORMULAS as CASTING_FORMULAS
 from tierkit_torch_common.casting_suite import offset_of
 from tierkit_torch_common.map_suite import eager as rotary_eager
 from tierkit_torch_common.map_suite import rope_tables
-from tierkit_torch_common.row_suite import aten, make, make_params
+from tierkit_torch_common.row_suite import aten, last, make, make_params
 from tierkit_torch_common.rows import reference
 
 # Every pair of differentiating transforms: reverse over reverse, forward over
@@ -45,10 +45,12 @@ def test_row_reductions_second_order(nesting, entry, wrt, gen):
     x = make((2, 5), torch.float64, gen)
     params = make_params(entry, 5, torch.float64, gen)
     op = getattr(torch.ops.tierkit, entry.name)
+    if wrt == "params" and not params:
+        pytest.skip(f"{entry.name} has no parameters")
     if wrt == "x":
         second_order(
             nesting,
-            lambda a: (op(a, *params, 1e-5) ** 2).sum(),
+            lambda a: (op(a, *params, last(entry, 1e-5)) ** 2).sum(),
             lambda a: (reference(torch, entry, a, params, 1e-5) ** 2).sum(),
             x,
         )

@@ -10,7 +10,7 @@ import tierkit_torch
 import torch
 from tierkit_core.op_table import ROW_REDUCTIONS
 from tierkit_torch_common.row_suite import *  # noqa: F403  (the shared tests, collected here)
-from tierkit_torch_common.row_suite import ENTRIES, aten, make, make_params
+from tierkit_torch_common.row_suite import ENTRIES, aten, last, make, make_params
 
 MODULES = [e for e in ROW_REDUCTIONS if e.module]
 WITH_MODULE = pytest.mark.parametrize("entry", MODULES, ids=[e.name for e in MODULES])
@@ -33,10 +33,10 @@ def test_jvp_and_hessian_match_aten(entry, gen):
     params = make_params(entry, 5, torch.float64, gen)
     tangents = (torch.randn_like(x), *(torch.randn_like(p) for p in params))
     f = getattr(torch.ops.tierkit, entry.name)
-    ours = torch.func.jvp(lambda a, *ps: f(a, *ps, 1e-5), (x, *params), tangents)
+    ours = torch.func.jvp(lambda a, *ps: f(a, *ps, last(entry, 1e-5)), (x, *params), tangents)
     theirs = torch.func.jvp(lambda a, *ps: aten(entry, a, ps, 1e-5), (x, *params), tangents)
     torch.testing.assert_close(ours, theirs)
-    h_ours = torch.func.hessian(lambda a: f(a, *params, 1e-5).sum())(x)
+    h_ours = torch.func.hessian(lambda a: f(a, *params, last(entry, 1e-5)).sum())(x)
     h_aten = torch.func.hessian(lambda a: aten(entry, a, params, 1e-5).sum())(x)
     torch.testing.assert_close(h_ours, h_aten)
 
@@ -88,13 +88,37 @@ def test_module_refuses_what_it_cannot_normalise(entry):
         cls(8)(torch.ones(3, 7))
 
 
-@WITH_MODULE
+class Along(torch.nn.Module):
+    """An entry along a dim (no module of its own) as a module: the op along dim 1."""
+
+    def __init__(self, entry):
+        super().__init__()
+        self.op = getattr(torch.ops.tierkit, entry.name)
+
+    def forward(self, x):
+        return self.op(x, 1)
+
+
+@ENTRIES
 def test_export_with_a_dynamic_batch(entry, gen):
-    m, _ = module_pair(entry, gen, d=16)
+    m = module_pair(entry, gen, d=16)[0] if entry.module else Along(entry)
     batch = torch.export.Dim("batch", min=2)
     ep = torch.export.export(m, (make((4, 16), torch.float32, gen),), dynamic_shapes=({0: batch},))
+    assert f"tierkit.{entry.name}" in str(ep.graph)  # the op itself, not a decomposition
     x = make((9, 16), torch.float32, gen)
     torch.testing.assert_close(ep.module()(x), m(x))
+
+
+def test_aoti_runs_an_op_along_a_dim(gen, tmp_path):
+    """AOTInductor: softmax along dim 1 of a dynamic batch, packaged and run, as eager gives it."""
+    entry = next(e for e in ROW_REDUCTIONS if e.has_dim)
+    m = Along(entry)
+    batch = torch.export.Dim("batch", min=2)
+    ep = torch.export.export(m, (make((4, 16), torch.float32, gen),), dynamic_shapes=({0: batch},))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "along.pt2"))
+    runner = torch._inductor.aoti_load_package(path)
+    x = make((7, 16), torch.float32, gen)
+    assert torch.equal(runner(x), m(x))
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")

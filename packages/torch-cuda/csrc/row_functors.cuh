@@ -5,12 +5,17 @@
 // vector loads, warp and block sums, the parameters' gradients per slot).
 // A functor gives, in the compute type C with round-to-nearest operations
 // (no FMA contraction, as core's CPU functors):
-//   kStats                   per-row values saved for backward;
-//   stats(sum, d, eps, s)    s[0..kStats) from row sums: sum(term) is
-//                            sum_j term(x_j) over the row, every thread's;
-//   xhat(x, s)               the normalised value (y = xhat * w + b);
-//   dx(g, xh, a, c, s)       dx from g = dy * w, x-hat, a = mean(g) and
-//                            c = mean(g * x-hat) over the row.
+//   kStats                     per-row values saved for backward;
+//   kTranscendental            (optional, false when absent) an exp or log
+//                              per element: the double backward kernels
+//                              then get more registers;
+//   stats(sum, max, d, eps, s) s[0..kStats) from row reductions: sum(term)
+//                              is sum_j term(x_j) over the row, max() the
+//                              row's largest x_j (NaNs skipped), every
+//                              thread's;
+//   xhat(x, s)                 the normalised value (y = xhat * w + b);
+//   dx(g, xh, a, c, s, n)      dx from g = dy * w, x-hat, a = mean(g) and
+//                              c = mean(g * x-hat) over the row of n.
 #pragma once
 
 #include <cstdint>
@@ -31,13 +36,13 @@ __device__ __forceinline__ double rsqrt_rn(double v) { return __drcp_rn(__dsqrt_
 template <typename C>
 struct RmsNormRowsF {
   static constexpr int kStats = 1;
-  template <typename Sum>
-  __device__ static void stats(const Sum& sum, int64_t d, C eps, C* s) {
+  template <typename Sum, typename Max>
+  __device__ static void stats(const Sum& sum, const Max&, int64_t d, C eps, C* s) {
     const C ss = sum([](C v) { return mul_rn(v, v); });
     s[0] = rsqrt_rn(add_rn(div_rn(ss, static_cast<C>(d)), eps));
   }
   __device__ static C xhat(C x, const C* s) { return mul_rn(x, s[0]); }
-  __device__ static C dx(C g, C xh, C, C c, const C* s) { return mul_rn(add_rn(g, -mul_rn(xh, c)), s[0]); }
+  __device__ static C dx(C g, C xh, C, C c, const C* s, C) { return mul_rn(add_rn(g, -mul_rn(xh, c)), s[0]); }
 };
 
 // LayerNorm: core's LayerNormRows::moments (tierkit/row_functors.h), term
@@ -54,8 +59,8 @@ struct RmsNormRowsF {
 template <typename C>
 struct LayerNormRowsF {
   static constexpr int kStats = 2;
-  template <typename Sum>
-  __device__ static void stats(const Sum& sum, int64_t d, C eps, C* s) {
+  template <typename Sum, typename Max>
+  __device__ static void stats(const Sum& sum, const Max&, int64_t d, C eps, C* s) {
     const C n = static_cast<C>(d);
     const C mean0 = div_rn(sum([](C v) { return v; }), n);
     const C shift = div_rn(sum([mean0](C v) { return add_rn(v, -mean0); }), n);
@@ -69,9 +74,49 @@ struct LayerNormRowsF {
     s[1] = rsqrt_rn(add_rn(C(0) < diff ? diff : C(0), eps));
   }
   __device__ static C xhat(C x, const C* s) { return mul_rn(add_rn(x, -s[0]), s[1]); }
-  __device__ static C dx(C g, C xh, C a, C c, const C* s) {
+  __device__ static C dx(C g, C xh, C a, C c, const C* s, C) {
     return mul_rn(add_rn(add_rn(g, -a), -mul_rn(xh, c)), s[1]);
   }
 };
+
+__device__ __forceinline__ float exp_of(float v) { return expf(v); }
+__device__ __forceinline__ double exp_of(double v) { return exp(v); }
+__device__ __forceinline__ float log_of(float v) { return logf(v); }
+__device__ __forceinline__ double log_of(double v) { return log(v); }
+
+// Softmax (kLog false) and log-softmax: core's SoftmaxKind's stats and
+// formulas (tierkit/softmax_functors.h): m = the row's max, e = sum of
+// exp(x - m); y = exp(x - m) / e, or (x - m) - log(e); backward recomputes
+// y: dx = y * (g - sum(g y)), or g - exp(y) * sum(g). The sums' order and
+// CUDA's expf (within 2 ulp; core's within 1.02) are not the CPU's, so the
+// results agree with the CPU's within a few roundings, not bit for bit.
+template <typename C, bool kLog>
+struct SoftmaxRowsOf {
+  static constexpr int kStats = 2;
+  static constexpr bool kTranscendental = true;  // an exp (log) per element
+  template <typename Sum, typename Max>
+  __device__ static void stats(const Sum& sum, const Max& max, int64_t, C, C* s) {
+    const C m = max();
+    const C e = sum([m](C v) { return exp_of(add_rn(v, -m)); });
+    s[0] = m;
+    s[1] = kLog ? log_of(e) : e;
+  }
+  __device__ static C xhat(C x, const C* s) {
+    if constexpr (kLog)
+      return add_rn(add_rn(x, -s[0]), -s[1]);
+    else
+      return div_rn(exp_of(add_rn(x, -s[0])), s[1]);
+  }
+  __device__ static C dx(C g, C y, C a, C c, const C*, C n) {
+    if constexpr (kLog)
+      return add_rn(g, -mul_rn(exp_of(y), mul_rn(a, n)));
+    else
+      return mul_rn(y, add_rn(g, -mul_rn(c, n)));
+  }
+};
+template <typename C>
+using SoftmaxRowsF = SoftmaxRowsOf<C, false>;
+template <typename C>
+using LogSoftmaxRowsF = SoftmaxRowsOf<C, true>;
 
 }  // namespace tierkit_cuda

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "device_math.cuh"
 #include "row_functors.cuh"
@@ -39,26 +40,39 @@ constexpr int kWarpRowMaxD = 1024;
 constexpr int kMinBlocks = 4;
 constexpr int kMaxStats = 2;
 
-template <typename C>
-__device__ __forceinline__ C warp_sum(C v) {
+// The row's reductions: a sum (add_rn) or a max (fmax: NaNs skipped), with
+// the value an idle thread holds.
+template <bool kMax>
+struct ReduceOp {
+  static constexpr double kIdentity = kMax ? -INFINITY : 0.0;
+  template <typename C>
+  __device__ static C apply(C a, C b) {
+    return kMax ? fmax(a, b) : add_rn(a, b);
+  }
+};
+using SumOp = ReduceOp<false>;
+using MaxOp = ReduceOp<true>;
+
+template <typename Op, typename C>
+__device__ __forceinline__ C warp_reduce(C v) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = add_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
-// The sum over the row's threads: a warp (kWarpRow) or the whole block.
-template <bool kWarpRow, typename C>
-__device__ __forceinline__ C row_sum(C v, C* shared) {
-  v = warp_sum(v);
+// Op over the row's threads: a warp (kWarpRow) or the whole block.
+template <bool kWarpRow, typename Op = SumOp, typename C>
+__device__ __forceinline__ C row_reduce(C v, C* shared) {
+  v = warp_reduce<Op>(v);
   if constexpr (kWarpRow) {
     return v;
   } else {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) shared[warp] = v;
     __syncthreads();
-    C total = lane < kThreads / 32 ? shared[lane] : C(0);
-    total = warp_sum(total);  // every warp sums the partials, in the same order
-    __syncthreads();          // shared is free again for the next row
+    C total = lane < kThreads / 32 ? shared[lane] : static_cast<C>(Op::kIdentity);
+    total = warp_reduce<Op>(total);  // every warp reduces the partials, in the same order
+    __syncthreads();                 // shared is free again for the next row
     return total;
   }
 }
@@ -133,10 +147,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) row_forward_kernel(RowFo
       } else {
         for (int64_t j = Map::lane(); j < d; j += Map::kWidth) acc = add_rn(acc, term(to_compute(src[j])));
       }
-      return row_sum<kWarpRow>(acc, shared);
+      return row_reduce<kWarpRow>(acc, shared);
+    };
+    const auto max = [&]() {
+      C acc = -C(INFINITY);
+      for (int64_t j = Map::lane(); j < d; j += Map::kWidth) acc = fmax(acc, to_compute(src[j]));
+      return row_reduce<kWarpRow, MaxOp>(acc, shared);
     };
     C s[kMaxStats];
-    Fn::stats(sum, d, eps, s);
+    Fn::stats(sum, max, d, eps, s);
     if (Map::lane() == 0)
       for (int i = 0; i < Fn::kStats; ++i) static_cast<C*>(a.stats)[row * Fn::kStats + i] = s[i];
     const auto out = [&](C v, T wv, T bv) {
@@ -163,9 +182,24 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) row_forward_kernel(RowFo
   }
 }
 
+// A functor with an exp or log per element (kTranscendental) gets twice the
+// registers in double (two blocks of 256 threads an SM, not four): CUDA's
+// double exp inside a backward with an exp per element needed more than 64 and spilled
+// 8-24 bytes a thread to the stack; the norms' double kernels keep 64.
+template <typename Fn, typename = void>
+struct Transcendental : std::false_type {};
+template <typename Fn>
+struct Transcendental<Fn, std::void_t<decltype(Fn::kTranscendental)>>
+    : std::bool_constant<Fn::kTranscendental> {};
+template <template <typename> class F, typename T>
+constexpr int backward_min_blocks() {
+  return sizeof(T) == 8 && Transcendental<F<double>>::value ? kMinBlocks / 2 : kMinBlocks;
+}
+
 // dx and this slot's partial rows of the parameters' gradients.
 template <template <typename> class F, typename T, bool kWarpRow>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) row_backward_kernel(RowBackward a) {
+__global__ void __launch_bounds__(kThreads, (backward_min_blocks<F, T>()))
+    row_backward_kernel(RowBackward a) {
   using C = decltype(to_compute(T{}));
   using Fn = F<C>;
   using Map = RowMap<kWarpRow>;
@@ -191,14 +225,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) row_backward_kernel(RowB
       sgx = add_rn(sgx, mul_rn(g, Fn::xhat(to_compute(xr[j]), s)));
     }
     const C n = static_cast<C>(d);
-    const C mean_g = div_rn(row_sum<kWarpRow>(sg, shared), n);
-    const C mean_gx = div_rn(row_sum<kWarpRow>(sgx, shared), n);
+    const C mean_g = div_rn(row_reduce<kWarpRow>(sg, shared), n);
+    const C mean_gx = div_rn(row_reduce<kWarpRow>(sgx, shared), n);
     T* dxr = dx + row * d;
     for (int64_t j = Map::lane(); j < d; j += Map::kWidth) {
       const C g0 = to_compute(gr[j]);
       const C xh = Fn::xhat(to_compute(xr[j]), s);
       const C g = w ? mul_rn(g0, to_compute(w[j])) : g0;
-      dxr[j] = from_compute<T>(Fn::dx(g, xh, mean_g, mean_gx, s));
+      dxr[j] = from_compute<T>(Fn::dx(g, xh, mean_g, mean_gx, s, n));
       if (pw) pw[j] = first ? mul_rn(g0, xh) : add_rn(pw[j], mul_rn(g0, xh));
       if (pb) pb[j] = first ? g0 : add_rn(pb[j], g0);
     }
@@ -256,11 +290,13 @@ void forward_as(const RowForward& a, cudaStream_t stream) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-template <template <typename> class F, typename T>
+// kFused: the entry has a fused residual form (the add kernels exist only then).
+template <template <typename> class F, typename T, bool kFused>
 void forward(const RowForward& a, cudaStream_t stream) {
   const bool warp_row = a.d <= kWarpRowMaxD;
-  if (a.residual)
-    return warp_row ? forward_as<F, T, true, true>(a, stream) : forward_as<F, T, false, true>(a, stream);
+  if constexpr (kFused)
+    if (a.residual)
+      return warp_row ? forward_as<F, T, true, true>(a, stream) : forward_as<F, T, false, true>(a, stream);
   return warp_row ? forward_as<F, T, true, false>(a, stream) : forward_as<F, T, false, false>(a, stream);
 }
 
@@ -302,7 +338,7 @@ void launch_row_forward(RowKind kind, tierkit::DType dtype, const RowForward& ar
     using T = decltype(tag);
     switch (kind) {
 #define TIERKIT_ROW_CASE(NAME, FUNCTOR, PARAMS, STATS) \
-  case RowKind::NAME: return forward<FUNCTOR##RowsF, T>(args, stream);
+  case RowKind::NAME: return forward<FUNCTOR##RowsF, T, tierkit::row_info::NAME::fused_add>(args, stream);
       TIERKIT_ROW_REDUCTIONS(TIERKIT_ROW_CASE)
 #undef TIERKIT_ROW_CASE
     }

@@ -85,8 +85,13 @@ struct CudaRows {
     return {y, stats};
   }
 
-  static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Eps eps) {
-    return std::get<0>(forward_as(E::op_name(), x, params, tt::eps_or_default(x, eps)));
+  static at::Tensor op(const at::Tensor& x, const Ps& params, typename E::Scalar s) {
+    if constexpr (E::Info::has_dim)
+      return tt::along_dim(E::op_name(), x, s, [&](const at::Tensor& rows) {
+        return std::get<0>(forward_as(E::op_name(), rows, params, 0.0));
+      });
+    else
+      return std::get<0>(forward_as(E::op_name(), x, params, tt::eps_or_default(x, s)));
   }
   static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, const Ps& params, double eps) {
     return forward_as(E::forward_name(), x, params, eps);
@@ -176,14 +181,14 @@ struct CudaRows {
   }
 
   static std::tuple<at::Tensor, at::Tensor> add(const at::Tensor& x, const at::Tensor& residual,
-                                                const Ps& params, typename E::Eps eps) {
+                                                const Ps& params, typename E::Scalar eps) {
     at::Tensor h = fresh_like(x);
     at::Tensor y = add_forward(E::add_name(), x, residual, params, tt::eps_or_default(x, eps), h);
     return {y, h};
   }
 
   static at::Tensor add_(const at::Tensor& x, const at::Tensor& residual, const Ps& params,
-                         typename E::Eps eps) {
+                         typename E::Scalar eps) {
     const char* op = E::add_inplace_name();
     tt::check_in_place_residual(op, x, residual);
     // A parameter inside residual is read as it was at the call (the blocks would otherwise race with the

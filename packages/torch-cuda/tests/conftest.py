@@ -17,3 +17,8 @@ OPS = [
     *(f"{op.name}.out" for op in TABLE),
 ]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def last(entry, eps=1e-5):
+    """A row op's last argument in a call over the last dim: its eps, or its dim (-1)."""
+    return -1 if entry.has_dim else eps

@@ -13,7 +13,7 @@ device."""
 
 import pytest
 import torch
-from conftest import gpu
+from conftest import gpu, last
 from tierkit_core.op_table import ROW_MAPS, ROW_REDUCTIONS
 from tierkit_torch_common import testing
 from tierkit_torch_common.map_suite import rope_tables
@@ -104,8 +104,8 @@ def test_row_reduction_nans(entry, dtype, d):
     x = nan_rows(torch.randn(16, d, generator=g).to(dtype), g)  # those rows' outputs are NaN
     params = [(1 + 0.5 * torch.randn(d, generator=g)).to(dtype) for _ in entry.params]
     op = getattr(torch.ops.tierkit, entry.name)
-    y_cpu = op(x, *params, 1e-5)
-    y_gpu = op(x.cuda(), *[p.cuda() for p in params], 1e-5)
+    y_cpu = op(x, *params, last(entry))
+    y_gpu = op(x.cuda(), *[p.cuda() for p in params], last(entry))
     nan = check_nans(y_gpu, y_cpu, dtype)
     assert nan[::3].all() and not nan[1::3].any()
     # Backward: dx from a clean x and a dy holding NaNs.
@@ -114,7 +114,7 @@ def test_row_reduction_nans(entry, dtype, d):
     grads = []
     for dev in ("cpu", "cuda"):
         xd = xc.to(dev).requires_grad_()
-        (gx,) = torch.autograd.grad(op(xd, *[p.to(dev) for p in params], 1e-5), (xd,), dy.to(dev))
+        (gx,) = torch.autograd.grad(op(xd, *[p.to(dev) for p in params], last(entry)), (xd,), dy.to(dev))
         grads.append(gx)
     check_nans(grads[1], grads[0], dtype)
     if entry.fused_add:  # h = x + residual, computed and stored by the fused forward

@@ -6,7 +6,7 @@ test_gpu_rms_norm.py holds RMSNorm's own cases (fused forms, errors)."""
 
 import pytest
 import torch
-from conftest import DTYPES, gpu
+from conftest import DTYPES, gpu, last
 from tierkit_core.op_table import ROW_REDUCTIONS
 from tierkit_torch_common.rows import reference
 
@@ -35,7 +35,7 @@ def test_forward_and_backward_match_the_cpu_and_float64(entry, dtype, shape):
     eps = 1e-5
     cpu = [t.clone().requires_grad_() for t in (x, *params)]
     gpu_ = [t.cuda().requires_grad_() for t in (x, *params)]
-    y_cpu, y_gpu = op(cpu[0], *cpu[1:], eps), op(gpu_[0], *gpu_[1:], eps)
+    y_cpu, y_gpu = op(cpu[0], *cpu[1:], last(entry, eps)), op(gpu_[0], *gpu_[1:], last(entry, eps))
     exact = reference(torch, entry, x.double(), [p.double() for p in params], eps)
     t = tol(dtype) * max(1.0, exact.abs().max().item())
     torch.testing.assert_close(y_gpu.cpu(), y_cpu.detach(), rtol=tol(dtype), atol=t)
@@ -54,9 +54,9 @@ def test_backward_is_deterministic(entry):
     params = [p.cuda().requires_grad_() for p in params_for(entry, 512, torch.float32, g)]
     op = getattr(torch.ops.tierkit, entry.name)
     dy = torch.randn(4096, 512).cuda()
-    first = torch.autograd.grad(op(x, *params, 1e-5), [x, *params], dy)
+    first = torch.autograd.grad(op(x, *params, last(entry)), [x, *params], dy)
     for _ in range(3):
-        again = torch.autograd.grad(op(x, *params, 1e-5), [x, *params], dy)
+        again = torch.autograd.grad(op(x, *params, last(entry)), [x, *params], dy)
         assert all(torch.equal(a, b) for a, b in zip(first, again))
 
 
@@ -66,8 +66,8 @@ def test_float32_parameters_with_bfloat16_input_match_the_cpu(entry):
     x = torch.randn(16, 256, generator=g).to(torch.bfloat16)
     params = params_for(entry, 256, torch.float32, g)
     op = getattr(torch.ops.tierkit, entry.name)
-    y_gpu = op(x.cuda(), *[p.cuda() for p in params], 1e-5)
-    y_cpu = op(x, *params, 1e-5)
+    y_gpu = op(x.cuda(), *[p.cuda() for p in params], last(entry))
+    y_cpu = op(x, *params, last(entry))
     assert y_gpu.dtype == torch.bfloat16
     torch.testing.assert_close(y_gpu.cpu().float(), y_cpu.float(), rtol=2**-7, atol=2**-7)
 
@@ -77,8 +77,8 @@ def test_compile_fullgraph_dynamic(entry):
     op = getattr(torch.ops.tierkit, entry.name)
     x = torch.randn(8, 64, device="cuda")
     params = [torch.randn(64, device="cuda") for _ in entry.params]
-    fn = torch.compile(lambda x, *p: op(x, *p, 1e-5), fullgraph=True, dynamic=True)
-    torch.testing.assert_close(fn(x, *params), op(x, *params, 1e-5))
+    fn = torch.compile(lambda x, *p: op(x, *p, last(entry)), fullgraph=True, dynamic=True)
+    torch.testing.assert_close(fn(x, *params), op(x, *params, last(entry)))
 
 
 @pytest.mark.parametrize("d", [64, 1000, 4096], ids=str)  # warp rows (vector, scalar), block rows
@@ -110,3 +110,33 @@ def test_layer_norm_statistics_on_rows_with_a_large_mean(d, spread):
     assert (s_gpu[:, 0].double() - mean64).abs().max().item() <= ulp
     assert rel(s_gpu[:, 1], s_cpu[:, 1]) <= 1e-6
     assert rel(s_gpu[:, 1], rstd64) <= 1e-6
+
+
+ALONG = [pytest.param(e, id=e.name) for e in ROW_REDUCTIONS if e.has_dim]
+
+
+@pytest.mark.parametrize("entry", ALONG)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_along_any_dim_and_infinite_rows_match_the_cpu(entry, dtype, dim):
+    """softmax / log_softmax along any dim on CUDA: as the CPU kernel within
+    the dtype's tolerance, the same NaNs and infinities on rows holding -inf
+    (an all -inf row: NaN) and +inf, and the gradient along that dim."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(6, 40, 33, generator=g, dtype=torch.float64) * 3).to(dtype)
+    x[0, 0, :] = float("-inf")
+    x[1, 1, 3] = float("-inf")
+    x[2, 2, 5] = float("inf")
+    op = getattr(torch.ops.tierkit, entry.name)
+    y_cpu, y_gpu = op(x, dim), op(x.cuda(), dim).cpu()
+    assert torch.equal(y_gpu.isnan(), y_cpu.isnan()) and torch.equal(y_gpu.isinf(), y_cpu.isinf())
+    torch.testing.assert_close(y_gpu, y_cpu, rtol=tol(dtype) * 4, atol=tol(dtype) * 4, equal_nan=True)
+    xf = (torch.randn(6, 40, 33, generator=g, dtype=torch.float64) * 3).to(dtype)
+    dy = torch.randn(6, 40, 33, generator=g, dtype=torch.float64).to(dtype)
+    grads = []
+    for dev in ("cpu", "cuda"):
+        xd = xf.to(dev).requires_grad_()
+        (gx,) = torch.autograd.grad(op(xd, dim), (xd,), dy.to(dev))
+        grads.append(gx.cpu())
+    scale = max(1.0, grads[0].double().abs().max().item())
+    torch.testing.assert_close(grads[1], grads[0], rtol=tol(dtype) * 16, atol=tol(dtype) * 16 * scale)

@@ -134,9 +134,14 @@ def test_row_reduction_kernels_do_not_spill():
     # backward (2); per dtype: the slots' sum.
     from tierkit_core.op_table import ROW_REDUCTIONS
 
-    assert len(usage) == 4 * (len(ROW_REDUCTIONS) * (4 + 2) + 1), sorted(usage)
+    # Forward: 2 row mappings, plain and (an entry with a fused form) add; backward: 2.
+    per_dtype = sum((4 if e.fused_add else 2) + 2 for e in ROW_REDUCTIONS) + 1
+    assert len(usage) == 4 * per_dtype, sorted(usage)
+    # The softmax kinds' double backward (an exp per element) runs two blocks an SM: 128 registers.
+    wide = [f"{e.functor}RowsF" for e in ROW_REDUCTIONS if e.has_dim]
     for kernel, (registers, stack, local) in usage.items():
         assert local == 0 and stack == 0, f"{kernel}: {local} bytes of local memory, {stack} of stack"
-        assert registers <= MAX_REGISTERS, f"{kernel}: {registers} registers"
+        double_exp = "row_backward" in kernel and "RowsFEd" in kernel and any(w in kernel for w in wide)
+        assert registers <= MAX_REGISTERS * (2 if double_exp else 1), f"{kernel}: {registers} registers"
     regs = sorted(r for r, _, _ in usage.values())
     print(f"row-reduction kernels: {len(usage)}, registers {regs[0]}..{regs[-1]}, no local memory, no stack")

@@ -66,6 +66,29 @@ void check_param(const char* op, const Tensor& x, const OptTensor& param, const 
   });
 }
 
+// The dim role (Info::has_dim): the op runs along `dim`, as the last-dim op
+// `f` on x with `dim` permuted last, the result permuted back and made
+// contiguous (torch-cpu's along_dim; the stable API has permute, not movedim).
+template <typename F>
+Tensor along_dim(const char* op, const Tensor& x, int64_t dim, const F& f) {
+  check_defined(op, x, "x");
+  int64_t d = 0;
+  core_check(op, [&] {
+    tierkit::row_rules::x_rank(x.dim(), "one is the dim it runs along", tierkit::row_rules::kTorchWords);
+    d = tierkit::row_rules::dim("dim", dim, x.dim(), tierkit::row_rules::kTorchWords);
+  });
+  const int64_t n = x.dim();
+  if (d == n - 1) return f(x);
+  std::vector<int64_t> to_last, back(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    if (i != d) to_last.push_back(i);
+  to_last.push_back(d);
+  for (int64_t i = 0; i < n; ++i) back[static_cast<std::size_t>(to_last[static_cast<std::size_t>(i)])] = i;
+  using Ref = torch::headeronly::IntHeaderOnlyArrayRef;
+  const Tensor y = f(torch::stable::permute(x, Ref(to_last.data(), to_last.size())));
+  return torch::stable::contiguous(torch::stable::permute(y, Ref(back.data(), back.size())));
+}
+
 template <typename Info, std::size_t P>
 void check_rows(const char* op, const Tensor& x, const std::array<OptTensor, P>& params) {
   check_x(op, x);
@@ -112,11 +135,10 @@ Tensor new_stats(const Tensor& x, std::size_t count) {
 
 template <typename T, std::size_t P>
 tierkit::kernels::RowParams<T> row_params(const std::array<OptTensor, P>& ps) {
-  tierkit::kernels::RowParams<T> p;
-  if (has(ps[0])) p.w = static_cast<const T*>(ps[0]->data_ptr());
-  if constexpr (P > 1)
-    if (has(ps[1])) p.b = static_cast<const T*>(ps[1]->data_ptr());
-  return p;
+  std::array<const void*, P> data{};
+  for (std::size_t i = 0; i < P; ++i)
+    if (has(ps[i])) data[i] = ps[i]->data_ptr();
+  return tierkit::kernels::row_params_of<T>(data);
 }
 
 // Parameters of another float dtype than x's, computed as aten's norms
@@ -207,7 +229,9 @@ void check_residual_overlap(const char* op, const Tensor& x, const Tensor& resid
 template <typename Info, typename K, std::size_t P>
 struct StableRows {
   using Ps = std::array<OptTensor, P>;
-  using Eps = std::conditional_t<Info::eps_optional, std::optional<double>, double>;
+  // The op's trailing scalar: its eps (optional: torch's default) or its dim.
+  using Scalar = std::conditional_t<Info::has_dim, int64_t,
+                                    std::conditional_t<Info::eps_optional, std::optional<double>, double>>;
 
   static const char* named(int k) {
     static const std::string names[5] = {std::string("tierkit_stable::") + Info::name,
@@ -243,8 +267,13 @@ struct StableRows {
     return {y, stats};
   }
 
-  static Tensor op(Tensor x, const Ps& params, Eps eps) {
-    return std::get<0>(forward_as(named(0), x, params, eps_or_default(x, eps)));
+  static Tensor op(Tensor x, const Ps& params, Scalar s) {
+    if constexpr (Info::has_dim)
+      return along_dim(named(0), x, s, [&](const Tensor& rows) {
+        return std::get<0>(forward_as(named(0), rows, params, 0.0));
+      });
+    else
+      return std::get<0>(forward_as(named(0), x, params, eps_or_default(x, s)));
   }
   static std::tuple<Tensor, Tensor> forward(Tensor x, const Ps& params, double eps) {
     return forward_as(named(3), x, params, eps);
@@ -334,14 +363,14 @@ struct StableRows {
     return y;
   }
 
-  static std::tuple<Tensor, Tensor> add(Tensor x, Tensor residual, const Ps& params, Eps eps) {
+  static std::tuple<Tensor, Tensor> add(Tensor x, Tensor residual, const Ps& params, Scalar eps) {
     check_defined(named(1), x, "x");
     Tensor h = fresh_like(x);
     Tensor y = add_forward(named(1), x, residual, params, eps_or_default(x, eps), h);
     return {y, h};
   }
 
-  static Tensor add_(Tensor x, Tensor residual, const Ps& params, Eps eps) {
+  static Tensor add_(Tensor x, Tensor residual, const Ps& params, Scalar eps) {
     const char* op = named(2);
     check_defined(op, residual, "residual");
     check_rows<Info>(op, x, params);  // dtypes and shapes first: the overlap rule reads them
@@ -360,16 +389,19 @@ struct StableSignatures<R, std::index_sequence<I...>> {
   using Opt = OptTensor;
   template <std::size_t>
   using Out = Tensor;
-  using Eps = typename R::Eps;
-  static Tensor op(Tensor x, Opt<I>... p, Eps eps) { return R::op(x, {p...}, eps); }
-  static std::tuple<Tensor, Tensor> add(Tensor x, Tensor residual, Opt<I>... p, Eps eps) {
-    return R::add(x, residual, {p...}, eps);
+  using Scalar = typename R::Scalar;
+  static Tensor op(Tensor x, Opt<I>... p, Scalar s) { return R::op(x, {p...}, s); }
+  static std::tuple<Tensor, Tensor> add(Tensor x, Tensor residual, Opt<I>... p, Scalar s) {
+    return R::add(x, residual, {p...}, s);
   }
-  static Tensor add_(Tensor x, Tensor residual, Opt<I>... p, Eps eps) {
-    return R::add_(x, residual, {p...}, eps);
+  static Tensor add_(Tensor x, Tensor residual, Opt<I>... p, Scalar s) {
+    return R::add_(x, residual, {p...}, s);
   }
   static std::tuple<Tensor, Tensor> forward(Tensor x, Opt<I>... p, double eps) {
     return R::forward(x, {p...}, eps);
+  }
+  static std::tuple<Tensor, Tensor> forward_no_eps(Tensor x, Opt<I>... p) {
+    return R::forward(x, {p...}, 0.0);
   }
   static std::tuple<Tensor, Out<I>...> backward(Tensor grad, Tensor x, Opt<I>... p, Tensor stats) {
     const auto a = R::backward(grad, x, {p...}, stats);
@@ -377,22 +409,28 @@ struct StableSignatures<R, std::index_sequence<I...>> {
   }
 };
 
+// Registers one entry's overloads (a template, so that `if constexpr`
+// leaves out the forms an entry does not have).
+template <typename Info, typename K, std::size_t P, typename Library>
+void register_rows(Library& m) {
+  using S = StableSignatures<StableRows<Info, K, P>, std::make_index_sequence<P>>;
+  m.impl(Info::name, TORCH_BOX(&S::op));
+  if constexpr (Info::fused_add) {
+    m.impl(Info::add_name, TORCH_BOX(&S::add));
+    m.impl(Info::add_inplace_name, TORCH_BOX(&S::add_));
+  }
+  if constexpr (Info::has_eps)
+    m.impl(Info::forward_name, TORCH_BOX(&S::forward));
+  else
+    m.impl(Info::forward_name, TORCH_BOX(&S::forward_no_eps));
+  m.impl(Info::backward_name, TORCH_BOX(&S::backward));
+}
+
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(tierkit_stable, CPU, m) {
-#define TIERKIT_REGISTER_ROWS(NAME, FUNCTOR, PARAMS, STATS)                         \
-  {                                                                                 \
-    using Info = tierkit::row_info::NAME;                                           \
-    using S = StableSignatures<StableRows<Info, tierkit::kernels::FUNCTOR, PARAMS>, \
-                               std::make_index_sequence<PARAMS>>;                   \
-    m.impl(Info::name, TORCH_BOX(&S::op));                                          \
-    if constexpr (Info::fused_add) {                                                \
-      m.impl(Info::add_name, TORCH_BOX(&S::add));                                   \
-      m.impl(Info::add_inplace_name, TORCH_BOX(&S::add_));                          \
-    }                                                                               \
-    m.impl(Info::forward_name, TORCH_BOX(&S::forward));                             \
-    m.impl(Info::backward_name, TORCH_BOX(&S::backward));                           \
-  }
+#define TIERKIT_REGISTER_ROWS(NAME, FUNCTOR, PARAMS, STATS) \
+  register_rows<tierkit::row_info::NAME, tierkit::kernels::FUNCTOR, PARAMS>(m);
   TIERKIT_ROW_REDUCTIONS(TIERKIT_REGISTER_ROWS)
 #undef TIERKIT_REGISTER_ROWS
 }

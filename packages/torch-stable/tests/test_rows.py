@@ -10,7 +10,7 @@ import pytest
 import tierkit_torch_stable  # noqa: F401  (loads the ops)
 import torch
 from tierkit_torch_common.row_suite import *  # noqa: F403  (the shared tests, collected here)
-from tierkit_torch_common.row_suite import ENTRIES, make, make_params
+from tierkit_torch_common.row_suite import ENTRIES, last, make, make_params
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def test_building_blocks_are_not_differentiable(entry):
     x = torch.ones(3, 4, requires_grad=True)
     forward = getattr(torch.ops.tierkit_stable, entry.forward_name)
     with pytest.raises(RuntimeError, match=rf"tierkit_stable::{entry.forward_name}: not differentiable"):
-        forward(x, *([None] * len(entry.params)), 1e-6)
+        forward(x, *([None] * len(entry.params)), *([1e-6] if entry.has_eps else []))
 
 
 @ENTRIES
@@ -32,4 +32,4 @@ def test_torch_func_differentiation_is_refused_not_zeroed(entry, gen):
     params = make_params(entry, 5, torch.float64, gen)
     f = getattr(torch.ops.tierkit_stable, entry.name)
     with pytest.raises(RuntimeError, match=rf"tierkit_stable::{entry.name}: torch.func transforms"):
-        torch.func.jvp(lambda a: f(a, *params, 1e-5), (x,), (torch.ones_like(x),))
+        torch.func.jvp(lambda a: f(a, *params, last(entry, 1e-5)), (x,), (torch.ones_like(x),))

@@ -49,6 +49,12 @@ inline constexpr const char* kRowReductionSchemas[] = {
     "layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05) -> Tensor",
     "_layer_norm_forward(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)",
     "_layer_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor stats) -> (Tensor, Tensor, Tensor)",
+    "softmax(Tensor x, int dim=-1) -> Tensor",
+    "_softmax_forward(Tensor x) -> (Tensor, Tensor)",
+    "_softmax_backward(Tensor grad, Tensor x, Tensor stats) -> (Tensor)",
+    "log_softmax(Tensor x, int dim=-1) -> Tensor",
+    "_log_softmax_forward(Tensor x) -> (Tensor, Tensor)",
+    "_log_softmax_backward(Tensor grad, Tensor x, Tensor stats) -> (Tensor)",
 };
 
 // The row maps' overloads (each entry's op and its transposed map, x's gradient).
@@ -80,10 +86,13 @@ inline constexpr CastingMode kCastingModes[] = {
 
 // X(name, Functor, parameters, stats): the row reductions. Functor: the row
 // kind tierkit::kernels::<Functor> on the CPU, <Functor>RowsF on CUDA;
-// parameters: 1 (weight) or 2 (weight, bias), in row_info::<name>::params.
+// parameters: 0 (an op along a dim), 1 (weight) or 2 (weight, bias), in
+// row_info::<name>::params; its eps or dim: row_info::<name>::has_eps, has_dim.
 #define TIERKIT_ROW_REDUCTIONS(X) \
   X(rms_norm, RmsNorm, 1, 1) \
-  X(layer_norm, LayerNorm, 2, 2)
+  X(layer_norm, LayerNorm, 2, 2) \
+  X(softmax, Softmax, 0, 2) \
+  X(log_softmax, LogSoftmax, 0, 2)
 
 // X(name, Functor, tensor arguments, float arguments): the pointwise ops.
 // Functor: tierkit::kernels::<Functor>Op<C> on the CPU, <Functor>F<C> on CUDA.
@@ -289,8 +298,11 @@ struct rms_norm {
   static constexpr const char* doc = "F.rms_norm(x, (x.size(-1),), weight, eps): x / sqrt(mean(x^2, -1) + eps) * weight";
   static constexpr std::array<const char*, 1> params = {"weight"};
   static constexpr std::array<const char*, 1> stats = {"rstd"};
-  // eps: optional in the schema (torch's default, the compute type's
-  // machine epsilon) or this default.
+  // eps: absent (has_eps false), optional in the schema (torch's default,
+  // the compute type's machine epsilon) or this default. has_dim: the op
+  // runs along an `int dim` (its building blocks along the last dim).
+  static constexpr bool has_eps = true;
+  static constexpr bool has_dim = false;
   static constexpr bool eps_optional = true;
   static constexpr double eps_default = 0.0;
   static constexpr bool fused_add = true;
@@ -298,7 +310,7 @@ struct rms_norm {
   static constexpr bool casting = true;
   // The value in the compute type (grad undefined) and input i's gradient
   // (0: x, then the parameters) from grad, over x, weight (1 when absent),
-  // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.
+  // bias (0 when absent) and eps; f gives the row functions over T.
   template <typename F, typename T, typename W, typename B>
   static T reference(const F& f, const T& x, const W& weight, const B& bias, double eps) {
     const T rstd = f.rsqrt(f.row_mean(x * x) + eps);
@@ -337,8 +349,11 @@ struct layer_norm {
   static constexpr const char* doc = "F.layer_norm(x, (x.size(-1),), weight, bias, eps): (x - mean) / sqrt(var + eps) * weight + bias";
   static constexpr std::array<const char*, 2> params = {"weight", "bias"};
   static constexpr std::array<const char*, 2> stats = {"mean", "rstd"};
-  // eps: optional in the schema (torch's default, the compute type's
-  // machine epsilon) or this default.
+  // eps: absent (has_eps false), optional in the schema (torch's default,
+  // the compute type's machine epsilon) or this default. has_dim: the op
+  // runs along an `int dim` (its building blocks along the last dim).
+  static constexpr bool has_eps = true;
+  static constexpr bool has_dim = false;
   static constexpr bool eps_optional = false;
   static constexpr double eps_default = 1e-05;
   static constexpr bool fused_add = false;
@@ -346,7 +361,7 @@ struct layer_norm {
   static constexpr bool casting = false;
   // The value in the compute type (grad undefined) and input i's gradient
   // (0: x, then the parameters) from grad, over x, weight (1 when absent),
-  // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.
+  // bias (0 when absent) and eps; f gives the row functions over T.
   template <typename F, typename T, typename W, typename B>
   static T reference(const F& f, const T& x, const W& weight, const B& bias, double eps) {
     const T xc = x - f.row_mean(x);
@@ -374,6 +389,92 @@ struct layer_norm {
   static T normalized(const T& x, const std::array<T, 2>& stats) {
     const T& mean = stats[0]; const T& rstd = stats[1];
     return (x - mean) * rstd;
+  }
+};
+
+// softmax(Tensor x, int dim=-1) -> Tensor: torch.softmax(x, dim): exp(x - max) / sum(exp(x - max)) along dim
+struct softmax {
+  static constexpr const char* name = "softmax";
+  static constexpr const char* forward_name = "_softmax_forward";
+  static constexpr const char* backward_name = "_softmax_backward";
+  static constexpr const char* add_name = "add_softmax";
+  static constexpr const char* add_inplace_name = "add_softmax_";
+  static constexpr const char* node_name = "SoftmaxBackward0";
+  static constexpr const char* doc = "torch.softmax(x, dim): exp(x - max) / sum(exp(x - max)) along dim";
+  static constexpr std::array<const char*, 0> params = {};
+  static constexpr std::array<const char*, 2> stats = {"max", "sum"};
+  // eps: absent (has_eps false), optional in the schema (torch's default,
+  // the compute type's machine epsilon) or this default. has_dim: the op
+  // runs along an `int dim` (its building blocks along the last dim).
+  static constexpr bool has_eps = false;
+  static constexpr bool has_dim = true;
+  static constexpr bool eps_optional = false;
+  static constexpr double eps_default = 0.0;
+  static constexpr bool fused_add = false;
+  // Takes offset and casting_mode (kCastingModes) in its .casting overloads.
+  static constexpr bool casting = false;
+  // The value in the compute type (grad undefined) and input i's gradient
+  // (0: x, then the parameters) from grad, over x, weight (1 when absent),
+  // bias (0 when absent) and eps; f gives the row functions over T.
+  template <typename F, typename T, typename W, typename B>
+  static T reference(const F& f, const T& x, const W& weight, const B& bias, double eps) {
+    const T e = f.exp(x - f.row_max(x));
+    const T y = e / f.row_total(e);
+    (void)f; (void)weight; (void)bias; (void)eps; (void)e; (void)y;
+    return y;
+  }
+  template <typename F, typename T, typename W, typename B>
+  static T gradient(const F& f, std::size_t i, const T& grad, const T& x, const W& weight, const B& bias, double eps) {
+    const T e = f.exp(x - f.row_max(x));
+    const T y = e / f.row_total(e);
+    (void)f; (void)weight; (void)bias; (void)eps; (void)grad; (void)e; (void)y;
+    switch (i) {
+      case 0: return y * (grad - f.row_total(grad * y));
+      default: return T();
+    }
+  }
+};
+
+// log_softmax(Tensor x, int dim=-1) -> Tensor: torch.log_softmax(x, dim): (x - max) - log(sum(exp(x - max))) along dim
+struct log_softmax {
+  static constexpr const char* name = "log_softmax";
+  static constexpr const char* forward_name = "_log_softmax_forward";
+  static constexpr const char* backward_name = "_log_softmax_backward";
+  static constexpr const char* add_name = "add_log_softmax";
+  static constexpr const char* add_inplace_name = "add_log_softmax_";
+  static constexpr const char* node_name = "LogSoftmaxBackward0";
+  static constexpr const char* doc = "torch.log_softmax(x, dim): (x - max) - log(sum(exp(x - max))) along dim";
+  static constexpr std::array<const char*, 0> params = {};
+  static constexpr std::array<const char*, 2> stats = {"max", "log_sum"};
+  // eps: absent (has_eps false), optional in the schema (torch's default,
+  // the compute type's machine epsilon) or this default. has_dim: the op
+  // runs along an `int dim` (its building blocks along the last dim).
+  static constexpr bool has_eps = false;
+  static constexpr bool has_dim = true;
+  static constexpr bool eps_optional = false;
+  static constexpr double eps_default = 0.0;
+  static constexpr bool fused_add = false;
+  // Takes offset and casting_mode (kCastingModes) in its .casting overloads.
+  static constexpr bool casting = false;
+  // The value in the compute type (grad undefined) and input i's gradient
+  // (0: x, then the parameters) from grad, over x, weight (1 when absent),
+  // bias (0 when absent) and eps; f gives the row functions over T.
+  template <typename F, typename T, typename W, typename B>
+  static T reference(const F& f, const T& x, const W& weight, const B& bias, double eps) {
+    const T z = x - f.row_max(x);
+    const T y = z - f.log(f.row_total(f.exp(z)));
+    (void)f; (void)weight; (void)bias; (void)eps; (void)z; (void)y;
+    return y;
+  }
+  template <typename F, typename T, typename W, typename B>
+  static T gradient(const F& f, std::size_t i, const T& grad, const T& x, const W& weight, const B& bias, double eps) {
+    const T z = x - f.row_max(x);
+    const T y = z - f.log(f.row_total(f.exp(z)));
+    (void)f; (void)weight; (void)bias; (void)eps; (void)grad; (void)z; (void)y;
+    switch (i) {
+      case 0: return grad - f.exp(y) * f.row_total(grad);
+      default: return T();
+    }
   }
 };
 

@@ -318,3 +318,7 @@ TIERKIT_ROW_KIND(LayerNorm, 2)  // stats: mean, rstd
 #undef TIERKIT_ROW_KIND
 
 }  // namespace tierkit::kernels
+
+// The op table's row kinds kept in headers of their own, so that one include
+// gives every entry's functor.
+#include "tierkit/softmax_functors.h"  // NOLINT(build/include_order)

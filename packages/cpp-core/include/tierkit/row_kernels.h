@@ -29,7 +29,9 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -58,6 +60,18 @@ struct RowParams {
   // x's dtype), the product then rounded once more. Kinds without it ignore it.
   bool round_normalized = false;
 };
+
+// An entry's RowParams from its P parameters' data (schema order: none, the
+// weight, or the weight and the bias; null where absent), as each tier's
+// binding holds them.
+template <typename P, std::size_t N>
+RowParams<P> row_params_of(const std::array<const void*, N>& data) {
+  static_assert(N <= 2, "a row entry has at most a weight and a bias");
+  RowParams<P> p;
+  if constexpr (N > 0) p.w = static_cast<const P*>(data[0]);
+  if constexpr (N > 1) p.b = static_cast<const P*>(data[1]);
+  return p;
+}
 
 namespace detail {
 

@@ -50,6 +50,16 @@ inline void x_rank(std::int64_t rank, const char* why, const Words& w) {
        why ? std::string(" (") + why + ")" : std::string(), ", got ", w.zero_d);
 }
 
+// The dim an op runs along (the `dim` role): in [-rank, rank), as torch
+// wraps a dim; returns it in [0, rank). `name`: the argument's ("dim", or
+// numpy's "axis").
+inline std::int64_t dim(const char* name, std::int64_t dim, std::int64_t rank, const Words& w) {
+  (void)w;  // every rule takes the caller's words; a dim reads the same in both
+  if (dim >= -rank && dim < rank) return dim < 0 ? dim + rank : dim;
+  fail(name, ": expected a dim in [", -rank, ", ", rank, ") for x of ", rank, " dimension",
+       rank == 1 ? "" : "s", ", got ", dim);
+}
+
 // A per-column parameter (weight, bias): shape [x.size(-1)].
 template <typename Sizes, typename Int>
 void param_shape(const char* name, const Sizes& got, const Int& d, const Words& w) {

@@ -34,6 +34,7 @@ from .op_table import (
     RowReduction,
     find,
 )
+from .op_testing import ROW_FUNCTIONS
 
 HEADER = Path(__file__).resolve().parents[2] / "include" / "tierkit" / "op_table.h"
 
@@ -106,7 +107,7 @@ struct {op.name} {{
 
 def _calls(formula: str) -> str:
     """A row formula's function calls as calls on the tier's functions object `f`."""
-    return re.sub(r"\b(row_mean|row_sum|rsqrt)\(", r"f.\1(", formula)
+    return re.sub(rf"\b({'|'.join(ROW_FUNCTIONS)})\(", r"f.\1(", formula)
 
 
 def _row_info(r: RowReduction) -> str:
@@ -129,6 +130,18 @@ def _row_info(r: RowReduction) -> str:
     cases = "\n".join(
         f"      case {i}: return {use(r.derivatives[n])};" for i, n in enumerate(inputs) if n in r.derivatives
     )
+    normalized = (
+        f"""\
+  // x-hat from x and the saved stats.
+  template <typename T>
+  static T normalized(const T& x, const std::array<T, {s}>& stats) {{
+    {stats}
+    return {r.normalized};
+  }}
+"""
+        if r.normalized
+        else ""
+    )
     return f"""\
 // {r.schema}: {r.doc}
 struct {r.name} {{
@@ -141,16 +154,19 @@ struct {r.name} {{
   static constexpr const char* doc = "{_c_text(r.doc)}";
   static constexpr std::array<const char*, {p}> params = {{{_strs(r.params)}}};
   static constexpr std::array<const char*, {s}> stats = {{{_strs(r.stats)}}};
-  // eps: optional in the schema (torch's default, the compute type's
-  // machine epsilon) or this default.
-  static constexpr bool eps_optional = {"true" if r.eps is None else "false"};
+  // eps: absent (has_eps false), optional in the schema (torch's default,
+  // the compute type's machine epsilon) or this default. has_dim: the op
+  // runs along an `int dim` (its building blocks along the last dim).
+  static constexpr bool has_eps = {"true" if r.has_eps else "false"};
+  static constexpr bool has_dim = {"true" if r.has_dim else "false"};
+  static constexpr bool eps_optional = {"true" if r.has_eps and r.eps is None else "false"};
   static constexpr double eps_default = {eps};
   static constexpr bool fused_add = {"true" if r.fused_add else "false"};
   // Takes offset and casting_mode (kCastingModes) in its .casting overloads.
   static constexpr bool casting = {"true" if r.casting else "false"};
   // The value in the compute type (grad undefined) and input i's gradient
   // (0: x, then the parameters) from grad, over x, weight (1 when absent),
-  // bias (0 when absent) and eps; f gives row_mean, row_sum and rsqrt over T.
+  // bias (0 when absent) and eps; f gives the row functions over T.
   template <typename F, typename T, typename W, typename B>
   static T reference(const F& f, const T& x, const W& weight, const B& bias, double eps) {{
     {ref_terms}
@@ -166,13 +182,7 @@ struct {r.name} {{
       default: return T();
     }}
   }}
-  // x-hat from x and the saved stats.
-  template <typename T>
-  static T normalized(const T& x, const std::array<T, {s}>& stats) {{
-    {stats}
-    return {r.normalized};
-  }}
-}};
+{normalized}}};
 """
 
 
@@ -296,7 +306,8 @@ inline constexpr CastingMode kCastingModes[] = {{
 
 // X(name, Functor, parameters, stats): the row reductions. Functor: the row
 // kind tierkit::kernels::<Functor> on the CPU, <Functor>RowsF on CUDA;
-// parameters: 1 (weight) or 2 (weight, bias), in row_info::<name>::params.
+// parameters: 0 (an op along a dim), 1 (weight) or 2 (weight, bias), in
+// row_info::<name>::params; its eps or dim: row_info::<name>::has_eps, has_dim.
 #define TIERKIT_ROW_REDUCTIONS(X) \\
 {rows}
 

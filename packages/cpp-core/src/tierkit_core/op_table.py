@@ -32,6 +32,7 @@ __all__ = [
     "FORMULA_FUNCTIONS",
     "OPS",
     "OUT_WRITERS",
+    "ROW_IN_PLACE",
     "ROW_MAPS",
     "ROW_OPS",
     "ROW_REDUCTIONS",
@@ -42,13 +43,16 @@ __all__ = [
     "RowMap",
     "RowOp",
     "RowReduction",
+    "dim_arg",
     "eps_arg",
     "find",
     "find_casting",
     "find_map",
     "find_row",
     "flag",
+    "index",
     "param",
+    "size",
     "table",
     "x_arg",
 ]
@@ -296,39 +300,72 @@ class RowArg:
       dims (never enlarging x), its last dim the op's width r (cos, sin);
     * ``eps``: the float added under a root; ``default`` None is torch's
       (the compute type's machine epsilon; the schema's ``float? eps=None``);
-    * ``flag``: a bool and its default.
+    * ``flag``: a bool and its default;
+    * ``dim``: the dim the op runs along (``int dim=-1``, wrapped as torch
+      wraps a dim: in [-x.dim(), x.dim())); the op is the last-dim op on
+      ``x.movedim(dim, -1)``, its result moved back (contiguous). Its
+      building blocks (``_<name>_forward``/``_backward``) run along the last
+      dim and take no dim;
+    * ``index``: an integer tensor of row numbers into a table (vLLM's
+      ``positions``): a table ``gathered_by`` it has one row per position
+      (``[rows, r]``), and token t of x reads the row ``index[t]``; every
+      index is checked to lie in the table before anything is written;
+    * ``size``: an int the kernel needs (a head's size: x's rows are split
+      into heads of it).
+
+    An in-place entry (``saves == "none"``) names its x arguments
+    explicitly, in schema order: one written in place has its alias letter
+    in ``written`` (``Tensor(a!) query``), an ``optional`` one may be None.
     """
 
     name: str
     role: str
     default: float | bool | None = None
+    written: str = ""
+    optional: bool = False
+    gathered_by: str = ""
 
-    ROLES: ClassVar[tuple[str, ...]] = ("x", "param", "table", "eps", "flag")
+    ROLES: ClassVar[tuple[str, ...]] = ("x", "param", "table", "eps", "flag", "dim", "index", "size")
 
     @property
     def schema(self) -> str:
         """The argument in torch's schema language, with its default."""
         if self.role == "x":
+            alias = f"({self.written}!)" if self.written else ""
+            return f"Tensor{alias}{'?' if self.optional else ''} {self.name}"
+        if self.role in ("index", "table"):
             return f"Tensor {self.name}"
+        if self.role == "size":
+            return f"int {self.name}"
         if self.role == "param":
             return f"Tensor? {self.name}=None"
         if self.role == "table":
             return f"Tensor {self.name}"
         if self.role == "eps":
             return "float? eps=None" if self.default is None else f"float eps={self.default!r}"
-        return f"bool {self.name}={self.default}"
+        if self.role == "dim":
+            return f"int {self.name}={self.default}"
+        return f"bool {self.name}" if self.default is None else f"bool {self.name}={self.default}"
 
 
-def x_arg() -> RowArg:
-    return RowArg("x", "x")
+def x_arg(name: str = "x", *, written: str = "", optional: bool = False) -> RowArg:
+    return RowArg(name, "x", written=written, optional=optional)
+
+
+def index(name: str) -> RowArg:
+    return RowArg(name, "index")
+
+
+def size(name: str) -> RowArg:
+    return RowArg(name, "size")
 
 
 def param(name: str) -> RowArg:
     return RowArg(name, "param")
 
 
-def table(name: str) -> RowArg:
-    return RowArg(name, "table")
+def table(name: str, gathered_by: str = "") -> RowArg:
+    return RowArg(name, "table", gathered_by=gathered_by)
 
 
 def eps_arg(default: float | None = None) -> RowArg:
@@ -337,6 +374,10 @@ def eps_arg(default: float | None = None) -> RowArg:
 
 def flag(name: str, default: bool) -> RowArg:
     return RowArg(name, "flag", default)
+
+
+def dim_arg() -> RowArg:
+    return RowArg("dim", "dim", -1)
 
 
 @dataclass(frozen=True)
@@ -364,6 +405,9 @@ class RowOp:
         parameters of any float dtype, computed in float (double where x or
         a parameter is double), output in x's dtype, each gradient in its
         input's;
+      - ``none``: no backward: the op writes its x arguments in place and
+        returns nothing (vLLM's serving ops; not differentiable), its x
+        arguments named in ``args`` (schema order as declared);
       - ``linear``: nothing: the op is linear in x, its x-gradient the
         transposed map (``_<name>_backward`` reads the tables and flags);
         output in torch's promotion of x and the tables, x's gradient in
@@ -371,8 +415,10 @@ class RowOp:
     * ``terms``, ``reference``, ``derivatives``: the value in the compute
       type and each input's gradient from ``grad`` (the output's), in the
       formula vocabulary plus ``row_mean`` (the mean over the last dim,
-      kept), ``row_sum`` (the sum over every leading dim: a parameter's
-      shape), ``rsqrt``, and for tables ``rotate`` (the pair rotation by the
+      kept), ``row_total`` (the sum over the last dim, kept), ``row_max``
+      (the largest element of the last dim, kept), ``row_sum`` (the sum
+      over every leading dim: a parameter's shape), ``rsqrt``, ``exp``,
+      ``log``, and for tables ``rotate`` (the pair rotation by the
       flag ``interleaved``: [-x2, x1] per pair), ``rotate_t`` (its
       transpose), ``sum_to`` (a gradient summed to a table's broadcast
       shape) and ``mapped`` (the first r columns), over x, the other
@@ -418,11 +464,19 @@ class RowOp:
     CASTING_ARGS: ClassVar[str] = 'float offset=0.0, str casting_mode="aten"'
 
     def __post_init__(self) -> None:
+        in_place = self.saves == "none"
         for a in self.args:
-            if a.role not in RowArg.ROLES or a.role == "x":
+            if a.role not in RowArg.ROLES or (a.role == "x" and not in_place):
                 raise ValueError(f"{self.name}: argument {a.name!r}: expected a role of {RowArg.ROLES[1:]}")
-        if self.saves not in ("stats", "linear"):
-            raise ValueError(f"{self.name}: saves: expected 'stats' or 'linear', got {self.saves!r}")
+        if self.saves not in ("stats", "linear", "none"):
+            raise ValueError(f"{self.name}: saves: expected 'stats', 'linear' or 'none', got {self.saves!r}")
+        if in_place and not any(a.role == "x" and a.written for a in self.args):
+            raise ValueError(f"{self.name}: saves 'none': expected an x argument written in place")
+        for a in self.args:
+            if a.gathered_by and a.gathered_by not in self._named("index"):
+                raise ValueError(
+                    f"{self.name}: {a.name}: gathered by {a.gathered_by!r}, which is no index argument"
+                )
         if (self.saves == "stats") != bool(self.stats):
             raise ValueError(f"{self.name}: stats: declared exactly when saves == 'stats'")
 
@@ -431,8 +485,8 @@ class RowOp:
 
     @property
     def kind(self) -> str:
-        """The tiers' code path: "row_reduction" (saves stats) or "row_map" (linear)."""
-        return "row_reduction" if self.saves == "stats" else "row_map"
+        """The tiers' code path: "row_reduction" (saves stats), "row_map" (linear) or "row_in_place"."""
+        return {"stats": "row_reduction", "linear": "row_map", "none": "row_in_place"}[self.saves]
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -456,12 +510,23 @@ class RowOp:
         return next(a.schema for a in self.args if a.role == "eps")
 
     @property
+    def has_eps(self) -> bool:
+        return any(a.role == "eps" for a in self.args)
+
+    @property
+    def has_dim(self) -> bool:
+        """Runs along a ``dim`` argument (else always along the last dim)."""
+        return any(a.role == "dim" for a in self.args)
+
+    @property
     def arg_list(self) -> str:
+        if self.saves == "none":  # its x arguments are among its args, in place
+            return ", ".join(a.schema for a in self.args)
         return ", ".join([x_arg().schema, *(a.schema for a in self.args)])
 
     @property
     def schema(self) -> str:
-        return f"{self.name}({self.arg_list}) -> Tensor"
+        return f"{self.name}({self.arg_list}) -> {'()' if self.saves == 'none' else 'Tensor'}"
 
     @property
     def forward_name(self) -> str:
@@ -500,11 +565,16 @@ class RowOp:
                 out.append(
                     f"{self.add_name}_.casting(Tensor x, Tensor(a!) residual, {self._rest()}, {kw}) -> Tensor"
                 )
+        if self.saves == "none":  # no building blocks: nothing to differentiate
+            return tuple(out)
         if self.saves == "stats":
-            params = ", ".join(f"Tensor? {p}" for p in self.params)
+            params = [f"Tensor? {p}" for p in self.params]
+            eps = ["float eps"] if self.has_eps else []
             grads = ", ".join(["Tensor"] * (1 + len(self.params)))
-            out.append(f"{self.forward_name}(Tensor x, {params}, float eps) -> (Tensor, Tensor)")
-            out.append(f"{self.backward_name}(Tensor grad, Tensor x, {params}, Tensor stats) -> ({grads})")
+            forward = ", ".join(["Tensor x", *params, *eps])
+            backward = ", ".join(["Tensor grad", "Tensor x", *params, "Tensor stats"])
+            out.append(f"{self.forward_name}({forward}) -> (Tensor, Tensor)")
+            out.append(f"{self.backward_name}({backward}) -> ({grads})")
         else:
             tables = ", ".join(f"Tensor {t}" for t in self.tables)
             flags = ", ".join(f"bool {f}" for f, _ in self.flags)
@@ -519,7 +589,11 @@ class RowOp:
     @property
     def overloads(self) -> tuple[str, ...]:
         """Every overload's name, the building blocks included."""
-        blocks = (self.forward_name, self.backward_name) if self.saves == "stats" else (self.backward_name,)
+        blocks = {
+            "stats": (self.forward_name, self.backward_name),
+            "linear": (self.backward_name,),
+            "none": (),
+        }[self.saves]
         return (*self.public, *blocks)
 
 
@@ -568,6 +642,26 @@ ROW_OPS: tuple[RowOp, ...] = (
         module="LayerNorm",
     ),
     RowOp(
+        name="softmax",
+        functor="Softmax",
+        doc="torch.softmax(x, dim): exp(x - max) / sum(exp(x - max)) along dim",
+        args=(dim_arg(),),
+        stats=("max", "sum"),
+        terms={"e": "exp(x - row_max(x))", "y": "e / row_total(e)"},
+        reference="y",
+        derivatives={"x": "y * (grad - row_total(grad * y))"},
+    ),
+    RowOp(
+        name="log_softmax",
+        functor="LogSoftmax",
+        doc="torch.log_softmax(x, dim): (x - max) - log(sum(exp(x - max))) along dim",
+        args=(dim_arg(),),
+        stats=("max", "log_sum"),
+        terms={"z": "x - row_max(x)", "y": "z - log(row_total(exp(z)))"},
+        reference="y",
+        derivatives={"x": "grad - exp(y) * row_total(grad)"},
+    ),
+    RowOp(
         name="rotary_embedding",
         functor="Rotary",
         doc="rotary position embedding over the last dim: x_r * cos + rotate(x_r) * sin on the first "
@@ -588,6 +682,7 @@ ROW_OPS: tuple[RowOp, ...] = (
 # Each code path's entries, in table order.
 ROW_REDUCTIONS: tuple[RowOp, ...] = tuple(e for e in ROW_OPS if e.kind == "row_reduction")
 ROW_MAPS: tuple[RowOp, ...] = tuple(e for e in ROW_OPS if e.kind == "row_map")
+ROW_IN_PLACE: tuple[RowOp, ...] = tuple(e for e in ROW_OPS if e.kind == "row_in_place")
 
 
 def find_map(name: str) -> RowMap:

@@ -90,17 +90,22 @@ def evaluate(
 
 # ---- row reductions -------------------------------------------------------------
 
-# What a row reduction's formulas call: the mean over the last dim (kept as
-# a dim of 1), the sum over every leading dim (a parameter's shape), 1/sqrt.
-ROW_FUNCTIONS = ("row_mean", "row_sum", "rsqrt")
+# What a row reduction's formulas call: the mean, sum and max over the last
+# dim (kept as a dim of 1), the sum over every leading dim (a parameter's
+# shape), 1/sqrt, exp, log.
+ROW_FUNCTIONS = ("row_mean", "row_total", "row_max", "row_sum", "rsqrt", "exp", "log")
 
 
 def numpy_row_functions(np: Any) -> dict[str, Callable[..., Any]]:
     """The row formulas' vocabulary in numpy (the module passed in)."""
     return {
         "row_mean": lambda t: t.mean(-1, keepdims=True),
+        "row_total": lambda t: t.sum(-1, keepdims=True),
+        "row_max": lambda t: t.max(-1, keepdims=True, initial=-np.inf),  # an empty row: -inf
         "row_sum": lambda t: t.reshape(-1, t.shape[-1]).sum(0),
         "rsqrt": lambda t: 1 / np.sqrt(t),
+        "exp": np.exp,
+        "log": np.log,
     }
 
 
@@ -140,7 +145,15 @@ def numpy_row_reference(
 ) -> Any:
     """The entry's value over numpy arrays (the module passed in), computed
     in `dtype` (numpy.longdouble, numpy.float64): x and its parameters (None
-    where absent) converted to it, then the entry's formula."""
+    where absent) converted to it, then the entry's formula (special values
+    quietly: an empty row's log(0) is -inf, as the op's)."""
+    with np.errstate(all="ignore"):
+        return _numpy_row_reference(np, entry, x, params, eps, dtype)
+
+
+def _numpy_row_reference(
+    np: Any, entry: RowReduction, x: Any, params: Sequence[Any], eps: float, dtype: Any
+) -> Any:
     names = row_names(
         entry,
         np.asarray(x).astype(dtype),

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TORCH", "Words", "param_shape", "shape_str", "stats", "table_rank", "tables_fit", "x_rank"]
+__all__ = ["TORCH", "Words", "dim", "param_shape", "shape_str", "stats", "table_rank", "tables_fit", "x_rank"]
 
 Rule = Iterator[tuple[Any, Callable[[], str]]]
 
@@ -51,6 +51,15 @@ def x_rank(rank: int, why: str | None, words: Words) -> Rule:
     yield (
         rank >= 1,
         lambda: f"x: expected {words.a_noun} with at least one dimension{reason}, got {words.zero_d}",
+    )
+
+
+def dim(name: str, value: int, rank: int, words: Words) -> Rule:
+    """The dim an op runs along: in [-rank, rank), as torch wraps a dim."""
+    s = "" if rank == 1 else "s"
+    yield (
+        -rank <= value < rank,
+        lambda: f"{name}: expected a dim in [{-rank}, {rank}) for x of {rank} dimension{s}, got {value}",
     )
 
 

@@ -122,6 +122,7 @@ def test_docs_with_quotes_become_valid_cpp_strings():
 
 def test_row_ops_declare_their_arguments_by_role():
     from tierkit_core.op_table import ROW_MAPS, ROW_OPS, ROW_REDUCTIONS, RowArg
+    from tierkit_core.op_testing import ROW_FUNCTIONS
 
     # One entry type; each code path's tuple is the table filtered by what backward saves.
     assert sorted(e.name for e in (*ROW_REDUCTIONS, *ROW_MAPS)) == sorted(e.name for e in ROW_OPS)
@@ -131,7 +132,7 @@ def test_row_ops_declare_their_arguments_by_role():
         # The schema is x and then the arguments as declared, each in its role's spelling.
         assert e.schema == f"{e.name}(Tensor x, {', '.join(a.schema for a in e.args)}) -> Tensor"
         words = set(FORMULA_FUNCTIONS) | {"grad", "x", *(a.name for a in e.args), *e.terms, *e.stats}
-        words |= {"row_mean", "row_sum", "rsqrt", "rotate", "rotate_t", "sum_to", "mapped"}
+        words |= {*ROW_FUNCTIONS, "rotate", "rotate_t", "sum_to", "mapped"}
         for formula in (e.reference, *e.derivatives.values(), *e.terms.values()):
             used = set(re.findall(r"[A-Za-z_]\w*", formula))
             assert used <= words, f"{e.name}: {formula!r} uses {used - words}"
@@ -140,14 +141,22 @@ def test_row_ops_declare_their_arguments_by_role():
     assert (rms.params, rms.eps, rms.eps_arg) == (("weight",), None, "float? eps=None")
     assert (rotary.tables, rotary.flags) == (("cos", "sin"), (("interleaved", False),))
     assert rotary.overloads == ("rotary_embedding", "_rotary_embedding_backward")
+    # A dim role: the op's last argument; its building blocks run along the last dim, with no eps.
+    softmax = next(e for e in ROW_REDUCTIONS if e.name == "softmax")
+    assert (softmax.params, softmax.has_dim, softmax.has_eps) == ((), True, False)
+    assert softmax.schemas == (
+        "softmax(Tensor x, int dim=-1) -> Tensor",
+        "_softmax_forward(Tensor x) -> (Tensor, Tensor)",
+        "_softmax_backward(Tensor grad, Tensor x, Tensor stats) -> (Tensor)",
+    )
 
 
 def test_a_row_op_refuses_roles_it_does_not_know():
     from tierkit_core.op_table import RowArg, RowOp, param
 
     with pytest.raises(ValueError, match="argument 'k': expected a role of"):
-        RowOp(name="o", functor="O", doc="", args=(RowArg("k", "index"),), reference="x", derivatives={})
-    with pytest.raises(ValueError, match="saves: expected 'stats' or 'linear', got 'y'"):
+        RowOp(name="o", functor="O", doc="", args=(RowArg("k", "bogus"),), reference="x", derivatives={})
+    with pytest.raises(ValueError, match="saves: expected .stats., .linear. or .none., got .y."):
         RowOp(
             name="o", functor="O", doc="", args=(param("weight"),), reference="x", derivatives={}, saves="y"
         )

@@ -51,3 +51,14 @@ def test_stats_are_what_the_forward_saved():
     assert refusal(rules.stats(5, "float64", 6, "float32", "_f")) == (
         "stats: expected 6 values of dtype float32 (from _f), got 5 of float64"
     )
+
+
+def test_a_dim_lies_within_the_rank():
+    assert refusal(rules.dim("dim", -3, 3, rules.TORCH)) == refusal(rules.dim("dim", 2, 3, rules.TORCH)) == ""
+    assert (
+        refusal(rules.dim("dim", 3, 3, rules.TORCH))
+        == "dim: expected a dim in [-3, 3) for x of 3 dimensions, got 3"
+    )
+    assert refusal(rules.dim("axis", -2, 1, rules.TORCH)) == (
+        "axis: expected a dim in [-1, 1) for x of 1 dimension, got -2"
+    )

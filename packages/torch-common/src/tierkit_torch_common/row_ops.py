@@ -20,12 +20,15 @@ from .fake import _bound_on_first_call
 from .rows import _split, compute_dtype, default_eps, normalized
 
 __all__ = [
+    "check_dim",
+    "one_or_tuple",
     "register_row_op_fakes",
     "register_row_op_sharding",
     "register_row_op_vmap",
     "result_dtype",
     "row_op_checks",
     "row_op_faces",
+    "scalar_default",
     "tensor_args",
 ]
 
@@ -43,6 +46,16 @@ def result_dtype(torch: Any, x: Any, tables: Sequence[Any]) -> Any:
     return dtype
 
 
+def scalar_default(entry: RowOp) -> Any:
+    """What the op's trailing scalar is when a call leaves it out: its dim's -1, or its eps's default."""
+    return -1 if entry.has_dim else entry.eps
+
+
+def one_or_tuple(outs: Sequence[Any]) -> Any:
+    """A schema's returns as torch gives them: one tensor alone, several as a tuple."""
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
 def _result_dtype(torch: Any, entry: RowOp, x: Any, tensors: Sequence[Any]) -> Any:
     """x's dtype (a reduction: aten's norms' rule), or torch's promotion of x
     and the tables (a linear map)."""
@@ -50,6 +63,14 @@ def _result_dtype(torch: Any, entry: RowOp, x: Any, tensors: Sequence[Any]) -> A
 
 
 # ---- checks ---------------------------------------------------------------------
+
+
+def check_dim(torch: Any, op: str, x: Any, dim: int) -> int:
+    """The dim role's rule (core's words, as the kernels' along_dim): x has
+    the dim; returns it wrapped into [0, x.dim())."""
+    ask(torch, op, rules.x_rank(x.dim(), "one is the dim it runs along", rules.TORCH))
+    ask(torch, op, rules.dim("dim", dim, x.dim(), rules.TORCH))
+    return dim % x.dim()
 
 
 def row_op_checks(
@@ -126,6 +147,8 @@ def register_row_op_fakes(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
 
         def op(x: Any, *rest: Any, _e: RowOp = entry) -> Any:
             ts = tensors(_e, rest)
+            if _e.has_dim:  # the last-dim op on x moved: the same shape and dtype
+                check_dim(torch, f"{ns}::{_e.name}", x, rest[-1] if rest else -1)
             check(f"{ns}::{_e.name}", _e, x, ts)
             return fresh(x, _result_dtype(torch, _e, x, ts))
 
@@ -155,7 +178,7 @@ def register_row_op_fakes(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
             check(f"{ns}::{_e.backward_name}", _e, x, params)
             same(f"{ns}::{_e.backward_name}", grad, "grad", x)
             grads = [torch.empty_like(q) if q is not None else x.new_empty((0,)) for q in params]
-            return (fresh(x), *grads)
+            return one_or_tuple([fresh(x), *grads])
 
         kernels: dict[str, Callable[..., Any]] = {entry.name: op, entry.backward_name: backward}
         if entry.saves == "stats":
@@ -197,6 +220,13 @@ accumulated in float32; each row is reduced in one fixed order
 float64 where x or one of them is; the output in x's dtype, each gradient in
 its input's). Differentiable in {differentiable}, in reverse and forward mode."""
 
+_DIM_RULES = """
+
+Along ``dim`` (any dim, wrapped as torch wraps one; the result contiguous).
+16-bit inputs are computed in float32 and rounded once; each row is reduced
+in one fixed order (bit-identical results for any thread count and SIMD
+level). Differentiable in ``x``, in reverse and forward mode."""
+
 _TABLE_RULES = """
 
 r = {first}.size(-1) must be {width_rule}; {tables} have r columns and
@@ -215,6 +245,8 @@ def _default(arg: Any) -> str:
 
 
 def _rules(entry: RowOp) -> str:
+    if entry.has_dim:
+        return _DIM_RULES
     if entry.tables:
         return _TABLE_RULES.format(
             first=entry.tables[0], width_rule=entry.width_rule, tables=" and ".join(entry.tables)
@@ -333,7 +365,12 @@ def register_row_op_vmap(torch: Any, ns: str, lib: Any = None) -> None:
         def op_rule(info, in_dims, x, *rest, _e=entry, _p=p):
             if _e.tables:
                 return with_tables(info, in_dims, getattr(ops, _e.name).default, _p, x, rest)
-            params, eps = _split(rest, _p, _e.eps)
+            params, eps = _split(rest, _p, scalar_default(_e))
+            if _e.has_dim:  # the example's dim, checked as a call without vmap would be, past the batch dim
+                check_dim(
+                    torch, f"{ns}::{_e.name}", x if in_dims[0] is None else x.select(in_dims[0], 0), eps
+                )
+                eps = eps if eps < 0 else eps + 1
             pd = dims_of(in_dims, 1, _p)
             x = front(info, x, in_dims[0])
             if all(d is None for d in pd):
@@ -393,7 +430,8 @@ def register_row_op_vmap(torch: Any, ns: str, lib: Any = None) -> None:
             params, stats = _split(rest, _p)
             g, xb = front(info, grad, in_dims[0]), front(info, x, in_dims[1])
             s = front(info, stats, in_dims[2 + _p])
-            dx, *_ = getattr(ops, _e.backward_name).default(g, xb, *params, s)
+            out = getattr(ops, _e.backward_name).default(g, xb, *params, s)
+            dx = out[0] if isinstance(out, tuple) else out
             # Per example: the kernel's parameter gradients sum over the batch's rows too.
             c = compute_dtype(torch, x, params)
             dims = list(range(1, xb.dim() - 1))
@@ -405,7 +443,7 @@ def register_row_op_vmap(torch: Any, ns: str, lib: Any = None) -> None:
                     continue
                 term = gf * normalized(torch, _e, xb.to(c), s.to(c)) if name == "weight" else gf
                 grads.append((term.sum(dims) if dims else term).to(q.dtype))
-            return (dx, *grads), (0,) * (1 + _p)
+            return one_or_tuple([dx, *grads]), one_or_tuple([0] * (1 + _p))
 
         torch.library.register_vmap(f"{ns}::{entry.name}", op_rule, lib=lib)
         if entry.fused_add:
@@ -447,10 +485,14 @@ def register_row_op_sharding(torch: Any, ns: str) -> None:
         return out
 
     def strategies(entry: RowOp, x: Any, rows: int, rest: Sequence[Any], outputs: Callable[[Any], list[Any]]):
-        """Every placement: replicated, or sharded on a leading dim; `rows`
-        leading arguments shard like x, `outputs(placement)` gives the outputs'."""
+        """Every placement: replicated, or sharded on a dim the op does not
+        run along (a leading dim, or any but ``dim``); `rows` leading
+        arguments shard like x, `outputs(placement)` gives the outputs'."""
         out = [(outputs(Replicate()), [*([Replicate()] * rows), *placed(entry, x, rest, None)])]
-        for k in range(len(x.shape) - 1):
+        along = len(x.shape) - 1
+        if entry.has_dim and rest:
+            along = rest[-1] % len(x.shape)
+        for k in (k for k in range(len(x.shape)) if k != along):
             out.append((outputs(Shard(k)), [*([Shard(k)] * rows), *placed(entry, x, rest, k)]))
         return out
 

@@ -29,9 +29,12 @@ __all__ = [
     "DTYPES",
     "ENTRIES",
     "FUSED",
+    "WITH_PARAMS",
     "aten",
+    "last",
     "make",
     "make_params",
+    "test_along_any_dim_as_aten",
     "test_at_least_as_accurate_as_aten",
     "test_bit_identical_for_one_and_two_threads",
     "test_compile_fullgraph_dynamic_forward_and_backward",
@@ -44,6 +47,7 @@ __all__ = [
     "test_fused_add_is_the_add_then_the_norm",
     "test_gradcheck_gradgradcheck_and_forward_ad",
     "test_gradients_as_accurate_as_aten",
+    "test_infinite_and_nan_rows_as_aten",
     "test_opcheck",
     "test_parameters_of_another_dtype_as_aten",
     "test_parameters_of_another_dtype_give_the_widened_calls_bits",
@@ -56,6 +60,10 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 ENTRIES = pytest.mark.parametrize("entry", ROW_REDUCTIONS, ids=[e.name for e in ROW_REDUCTIONS])
 _FUSED = [e for e in ROW_REDUCTIONS if e.fused_add]
 FUSED = pytest.mark.parametrize("entry", _FUSED, ids=[e.name for e in _FUSED])
+# The entries with per-column parameters (the norms; an op along a dim has none): what
+# the mixed-dtype and batched-parameter rules are about.
+_WITH_PARAMS = [e for e in ROW_REDUCTIONS if e.params]
+WITH_PARAMS = pytest.mark.parametrize("entry", _WITH_PARAMS, ids=[e.name for e in _WITH_PARAMS])
 
 
 def make(shape: Any, dtype: Any, gen: Any, scale: float = 3.0) -> Any:
@@ -80,8 +88,15 @@ def subsets(params: list[Any]) -> list[list[Any]]:
     return cases
 
 
+def last(entry: RowReduction, eps: Any) -> Any:
+    """The op's trailing argument in a call over the last dim: its eps, or its dim (-1)."""
+    return -1 if entry.has_dim else eps
+
+
 def aten(entry: RowReduction, x: Any, params: Any, eps: Any = "default") -> Any:
     """aten's function for the entry, over the last dim; eps left out by default."""
+    if entry.has_dim:  # torch.<name>(x, -1)
+        return getattr(torch, entry.name)(x, -1)
     f = getattr(F, entry.name)
     if eps == "default":
         return f(x, (x.shape[-1],), *params)
@@ -117,7 +132,7 @@ def test_at_least_as_accurate_as_aten(ops, entry, shape, dtype, gen):
     x = make(shape, dtype, gen) + 0.5
     for params in subsets(make_params(entry, shape[-1], dtype, gen)):
         ref = reference(entry, x, params, 1e-6)
-        ours = op(ops, entry)(x, *params, 1e-6)
+        ours = op(ops, entry)(x, *params, last(entry, 1e-6))
         assert ours.dtype == dtype and ours.shape == x.shape and ours.is_contiguous()
         ulp = torch.finfo(dtype).eps * ref.abs().max().item()
         mine, theirs = err(ours, ref), err(aten(entry, x, params, 1e-6), ref)
@@ -129,7 +144,7 @@ MIXED = dtype_pairs(
 )
 
 
-@ENTRIES
+@WITH_PARAMS
 @pytest.mark.parametrize(("xd", "pd"), MIXED, ids=[f"{a}-x-{b}-params" for a, b in MIXED])
 def test_parameters_of_another_dtype_as_aten(ops, entry, xd, pd, gen):
     # aten's rule: parameters of any float dtype, computed in x's compute type
@@ -139,7 +154,7 @@ def test_parameters_of_another_dtype_as_aten(ops, entry, xd, pd, gen):
     # tierkit computes those as the rule says.)
     x = make((6, 40), xd, gen).requires_grad_()
     params = make_params(entry, 40, pd, gen, grad=True)
-    ours = op(ops, entry)(x, *params, 1e-5)
+    ours = op(ops, entry)(x, *params, last(entry, 1e-5))
     c = torch.float64 if torch.float64 in (xd, pd) else torch.float32
     theirs = aten(entry, x.to(c), [p.to(c) for p in params], 1e-5).to(xd)
     assert ours.dtype == xd
@@ -164,7 +179,7 @@ MIXED_BITS = [
 ]
 
 
-@ENTRIES
+@WITH_PARAMS
 @pytest.mark.parametrize(
     ("xd", "pds"), MIXED_BITS, ids=[f"{a}-x-{'-'.join(map(str, b))}-params" for a, b in MIXED_BITS]
 )
@@ -181,8 +196,8 @@ def test_parameters_of_another_dtype_give_the_widened_calls_bits(ops, entry, xd,
     c = torch.float32
     xc = x.detach().to(c).requires_grad_()
     pc = [p.detach().to(c).requires_grad_() for p in params]
-    ours = op(ops, entry)(x, *params, 1e-5)
-    want = op(ops, entry)(xc, *pc, 1e-5)
+    ours = op(ops, entry)(x, *params, last(entry, 1e-5))
+    want = op(ops, entry)(xc, *pc, last(entry, 1e-5))
     assert ours.dtype == xd and torch.equal(ours, want.to(xd))
     g = make((9, 4100), xd, gen, 1.0)
     mine = torch.autograd.grad(ours, (x, *params), g)
@@ -208,7 +223,7 @@ def test_default_eps_empty_zero_and_strided_rows(ops, entry, gen):
     assert torch.equal(op(ops, entry)(z, *ones), aten(entry, z, ones))
     t = make((16, 12), torch.float32, gen).t()
     params = make_params(entry, 16, torch.float32, gen)
-    torch.testing.assert_close(op(ops, entry)(t, *params, 1e-6), aten(entry, t, params, 1e-6))
+    torch.testing.assert_close(op(ops, entry)(t, *params, last(entry, 1e-6)), aten(entry, t, params, 1e-6))
 
 
 @ENTRIES
@@ -219,11 +234,70 @@ def test_bit_identical_for_one_and_two_threads(ops, entry, gen):
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            y = op(ops, entry)(x, *params, 1e-6)
+            y = op(ops, entry)(x, *params, last(entry, 1e-6))
             results.append((y.detach(), *torch.autograd.grad(y, (x, *params), torch.ones_like(y))))
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+_ALONG = [e for e in ROW_REDUCTIONS if e.has_dim]
+ALONG = pytest.mark.parametrize("entry", _ALONG, ids=[e.name for e in _ALONG])
+
+
+@ALONG
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", [0, 1, -1, -3])
+def test_along_any_dim_as_aten(ops, entry, dtype, dim, gen):
+    """Any dim, as aten's: the values at least as accurate against float64,
+    the result contiguous, the gradient as aten's, under vmap and compile."""
+    x = (make((5, 6, 33), dtype, gen) + 0.5).requires_grad_()
+    ours = op(ops, entry)(x, dim)
+    theirs = getattr(torch, entry.name)(x, dim)
+    # The entry's formula in extended precision, along the last dim of x moved.
+    ref = reference(entry, x.detach().movedim(dim, -1), [], 0.0).movedim(-1, dim)
+    assert ours.dtype == dtype and ours.shape == x.shape and ours.is_contiguous()
+    ulp = torch.finfo(dtype).eps * ref.abs().max().item()
+    assert err(ours, ref) <= err(theirs, ref) + ulp
+    g = make((5, 6, 33), dtype, gen, 1.0)
+    (mine,) = torch.autograd.grad(ours, x, g)
+    (want,) = torch.autograd.grad(theirs, x, g)
+    if dtype == torch.float64:  # aten is the float64 reference: within a row sum's roundings of it
+        bound = 4 * torch.finfo(dtype).eps * (want.abs().max() + g.abs().sum(dim).max()).item()
+        assert err(mine, want) <= bound
+    else:
+        x64 = x.detach().double().requires_grad_()
+        (exact,) = torch.autograd.grad(getattr(torch, entry.name)(x64, dim), x64, g.double())
+        assert err(mine, exact) <= err(want, exact) + 2 * torch.finfo(dtype).eps * exact.abs().max().item()
+    if dtype == torch.float32:
+        # The examples lack x's dim 0: x's dim k > 0 is their k - 1 (a negative one the same).
+        inner = dim - 1 if dim > 0 else dim
+        if dim % 3 != 0:
+            got = torch.vmap(lambda a: op(ops, entry)(a, inner))(x.detach())
+            torch.testing.assert_close(got, getattr(torch, entry.name)(x.detach(), dim))
+        fn = torch.compile(lambda a: op(ops, entry)(a, dim) * 2, fullgraph=True, dynamic=True)
+        torch.testing.assert_close(fn(x.detach()), ours.detach() * 2)
+
+
+@ALONG
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_infinite_and_nan_rows_as_aten(ops, entry, dtype):
+    """-inf elements give 0 (log: -inf), an all -inf row NaN, a +inf or NaN element a NaN row: aten's."""
+    inf, nan = float("inf"), float("nan")
+    rows = [
+        [0.0, -inf, 1.0, 2.0],
+        [-inf, -inf, -inf, -inf],
+        [1.0, inf, 0.0, 0.0],
+        [nan, 1.0, 2.0, 3.0],
+        [-inf, 5.0, -inf, -inf],
+        [-0.0, 0.0, -0.0, 0.0],
+    ]
+    x = torch.tensor(rows, dtype=dtype)
+    for dim in (-1, 0):
+        ours, theirs = op(ops, entry)(x, dim), getattr(torch, entry.name)(x, dim)
+        # The same NaNs and infinities where aten has them; the finite values within its roundings.
+        assert torch.equal(ours.isnan(), theirs.isnan()) and torch.equal(ours.isinf(), theirs.isinf())
+        torch.testing.assert_close(ours, theirs, equal_nan=True)
 
 
 # ---- errors: the real and the fake kernel say the same ---------------------------
@@ -231,7 +305,8 @@ def test_bit_identical_for_one_and_two_threads(ops, entry, gen):
 
 def error_cases(entry: RowReduction) -> list[tuple[Any, str]]:
     p = len(entry.params)
-    cases = [
+    # Each case: (x, the arguments after it) on a device, and what the error says.
+    cases: list[tuple[Any, str]] = [
         (
             lambda d: (torch.tensor(1.0, device=d), [None] * p),
             r"x: expected a tensor with at least one dimension",
@@ -241,6 +316,17 @@ def error_cases(entry: RowReduction) -> list[tuple[Any, str]]:
             r"x: expected dtype .*, got int32",
         ),
     ]
+    if entry.has_dim:  # a dim out of range, past either end
+        cases += [
+            (
+                lambda d: (torch.ones(3, 4, device=d), [2]),
+                r"dim: expected a dim in \[-2, 2\) for x of 2 dimensions, got 2",
+            ),
+            (
+                lambda d: (torch.ones(4, device=d), [-2]),
+                r"dim: expected a dim in \[-1, 1\) for x of 1 dimension, got -2",
+            ),
+        ]
     for i, name in enumerate(entry.params):
         cases += [
             (
@@ -290,6 +376,12 @@ def test_kernel_and_fake_refuse_in_the_same_words(ops, entry, case):
 @ENTRIES
 def test_errors_with_grad_name_the_op_called(ops, entry):
     x = torch.ones(3, 4, requires_grad=True)
+    if entry.has_dim:
+        with pytest.raises(
+            RuntimeError, match=rf"{prefix(ops)}{entry.name}: dim: expected a dim in \[-2, 2\)"
+        ):
+            op(ops, entry)(x, -3)
+        return
     last = entry.params[-1]
     bad = [None] * (len(entry.params) - 1) + [torch.ones(5)]
     with pytest.raises(RuntimeError, match=rf"{prefix(ops)}{entry.name}: {last}: expected shape \[4\]"):
@@ -314,7 +406,7 @@ def test_gradcheck_gradgradcheck_and_forward_ad(ops, entry, gen):
             full = [None] * len(entry.params)
             for i, t in zip(present, ps):
                 full[i] = t
-            return op(ops, entry)(a, *full, 1e-5)
+            return op(ops, entry)(a, *full, last(entry, 1e-5))
 
         args = (x, *(params[i] for i in present))
         assert torch.autograd.gradcheck(fn, args, check_forward_ad=True)
@@ -327,14 +419,16 @@ def test_gradients_as_accurate_as_aten(ops, entry, dtype, gen):
     x = (make((8, 64), dtype, gen) + 0.5).requires_grad_()
     params = make_params(entry, 64, dtype, gen, grad=True)
     g = make((8, 64), dtype, gen, 1.0)
-    ours = torch.autograd.grad(op(ops, entry)(x, *params, 1e-6), (x, *params), g)
+    ours = torch.autograd.grad(op(ops, entry)(x, *params, last(entry, 1e-6)), (x, *params), g)
     theirs = torch.autograd.grad(aten(entry, x, params, 1e-6), (x, *params), g)
     x64 = x.detach().double().requires_grad_()
     p64 = [p.detach().double().requires_grad_() for p in params]
     ref = torch.autograd.grad(aten(entry, x64, p64, 1e-6), (x64, *p64), g.double())
+    # In float64 aten is the reference itself: ours within a row sum's roundings of it.
+    sums = g.double().abs().sum(-1).max().item() if dtype == torch.float64 else 0.0
     for o, a, r in zip(ours, theirs, ref):
         assert o.dtype == dtype
-        assert err(o, r) <= err(a, r) + 2 * torch.finfo(dtype).eps * r.abs().max().item(), (
+        assert err(o, r) <= err(a, r) + 2 * torch.finfo(dtype).eps * (r.abs().max().item() + sums), (
             err(o, r),
             err(a, r),
         )
@@ -350,6 +444,8 @@ def test_vmap_without_fallback(ops, entry, in_dims, gen):
     try:
         x = make((4, 3, 8), torch.float32, gen)
         if in_dims[0] is None:
+            if not entry.params:
+                pytest.skip(f"{entry.name} has no parameter to batch")
             x = x[0]
         batch = 4 if in_dims[0] != 1 else 3
         params = [
@@ -357,14 +453,14 @@ def test_vmap_without_fallback(ops, entry, in_dims, gen):
             for p in make_params(entry, 8, torch.float32, gen)
         ]
         dims = (in_dims[0], *([in_dims[1]] * len(params)))
-        got = torch.vmap(lambda a, *ps: op(ops, entry)(a, *ps, 1e-6), in_dims=dims)(x, *params)
+        got = torch.vmap(lambda a, *ps: op(ops, entry)(a, *ps, last(entry, 1e-6)), in_dims=dims)(x, *params)
         want = torch.vmap(lambda a, *ps: aten(entry, a, ps, 1e-6), in_dims=dims)(x, *params)
         torch.testing.assert_close(got, want)
     finally:
         torch._C._functorch._set_vmap_fallback_enabled(True)
 
 
-@ENTRIES
+@WITH_PARAMS
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("form", ["op", "add"])
 def test_vmap_over_batched_parameters_rounds_once(ops, entry, dtype, form, gen):
@@ -377,9 +473,9 @@ def test_vmap_over_batched_parameters_rounds_once(ops, entry, dtype, form, gen):
     x, r = make((n, 3, d), dtype, gen), make((n, 3, d), dtype, gen)
     params = [(float(p == "weight") + make((n, d), torch.float64, gen, 0.5)).to(dtype) for p in entry.params]
     if form == "op":
-        f = lambda a, b, *ps: op(ops, entry)(a, *ps, 1e-6)  # noqa: E731
+        f = lambda a, b, *ps: op(ops, entry)(a, *ps, last(entry, 1e-6))  # noqa: E731
     else:
-        f = lambda a, b, *ps: op(ops, entry, entry.add_name)(a, b, *ps, 1e-6)[0]  # noqa: E731
+        f = lambda a, b, *ps: op(ops, entry, entry.add_name)(a, b, *ps, last(entry, 1e-6))[0]  # noqa: E731
     for case in subsets(params)[1:]:
         batched = [p for p in case if p is not None]
         dims = (0, 0, *(0 if p is not None else None for p in case))
@@ -434,15 +530,17 @@ def test_vmap_fused_add_in_place(ops, entry, batched_params, x_dim, gen):
 def test_compile_fullgraph_dynamic_forward_and_backward(ops, entry, gen):
     x = make((6, 32), torch.float32, gen).requires_grad_()
     params = make_params(entry, 32, torch.float32, gen, grad=True)
-    fn = torch.compile(lambda a, *ps: op(ops, entry)(a, *ps, 1e-6) * 2, fullgraph=True, dynamic=True)
+    fn = torch.compile(
+        lambda a, *ps: op(ops, entry)(a, *ps, last(entry, 1e-6)) * 2, fullgraph=True, dynamic=True
+    )
     y = fn(x, *params)
-    eager = op(ops, entry)(x, *params, 1e-6) * 2
+    eager = op(ops, entry)(x, *params, last(entry, 1e-6)) * 2
     torch.testing.assert_close(y, eager)
     got = torch.autograd.grad(y.sum(), (x, *params))
     want = torch.autograd.grad(eager.sum(), (x, *params))
     torch.testing.assert_close(got, want)
     x2 = make((10, 32), torch.float32, gen)
-    torch.testing.assert_close(fn(x2, *params), op(ops, entry)(x2, *params, 1e-6) * 2)
+    torch.testing.assert_close(fn(x2, *params), op(ops, entry)(x2, *params, last(entry, 1e-6)) * 2)
 
 
 def opcheck_cases(entry: RowReduction) -> list[tuple[str, Any]]:
@@ -454,7 +552,7 @@ def opcheck_cases(entry: RowReduction) -> list[tuple[str, Any]]:
                 if with_params
                 else [None] * len(entry.params)
             )
-            return (x, *ps, eps)
+            return (x, *ps, last(entry, eps))
 
         return build
 
@@ -464,6 +562,12 @@ def opcheck_cases(entry: RowReduction) -> list[tuple[str, Any]]:
         (entry.name, args((2, 3, 8), torch.float64, False, True, default)),
         (entry.name, args((3, 8), torch.float32, True, True, default)),
     ]
+    if entry.has_dim:  # along a leading dim
+
+        def along(g: Any) -> tuple[Any, ...]:
+            return (make((4, 3, 8), torch.float32, g).requires_grad_(), 0)
+
+        cases.append((entry.name, along))
     if entry.fused_add:
 
         def fused(grad: bool) -> Any:
@@ -499,9 +603,9 @@ def test_opcheck(ops, entry, case, gen):
 def test_fused_add_is_the_add_then_the_norm(ops, entry, dtype, gen):
     x, r = make((5, 40), dtype, gen), make((5, 40), dtype, gen)
     params = make_params(entry, 40, dtype, gen)
-    y, h = op(ops, entry, entry.add_name)(x, r, *params, 1e-6)
+    y, h = op(ops, entry, entry.add_name)(x, r, *params, last(entry, 1e-6))
     assert torch.equal(h, x + r)  # rounded to the dtype first, as the model would
-    assert torch.equal(y, op(ops, entry)(x + r, *params, 1e-6))
+    assert torch.equal(y, op(ops, entry)(x + r, *params, last(entry, 1e-6)))
 
 
 @FUSED
@@ -517,7 +621,7 @@ def test_fused_add_gradients(ops, entry, gen):
 def test_fused_add_in_place(ops, entry, gen):
     x, r = make((4, 16), torch.float32, gen), make((4, 16), torch.float32, gen)
     params = make_params(entry, 16, torch.float32, gen)
-    want_y, want_h = op(ops, entry, entry.add_name)(x, r, *params, 1e-6)
+    want_y, want_h = op(ops, entry, entry.add_name)(x, r, *params, last(entry, 1e-6))
     version = r._version
     in_place = op(ops, entry, entry.add_name + "_")
     y = in_place(x, r, *params, 1e-6)

@@ -56,7 +56,15 @@ def _names(
 ) -> dict[str, Any]:
     """The formulas' names bound (core's row_names) over torch: the inputs in the compute type."""
     c = compute_dtype(torch, x, params)
-    functions = {"row_mean": lambda t: t.mean(-1, keepdim=True), "row_sum": _row_sum, "rsqrt": torch.rsqrt}
+    functions = {
+        "row_mean": lambda t: t.mean(-1, keepdim=True),
+        "row_total": lambda t: t.sum(-1, keepdim=True),
+        "row_max": lambda t: t.amax(-1, keepdim=True),
+        "row_sum": _row_sum,
+        "rsqrt": torch.rsqrt,
+        "exp": torch.exp,
+        "log": torch.log,
+    }
     return row_names(
         entry,
         x.to(c),

@@ -152,7 +152,7 @@ def compiled_faces_frames(namespace: str, late: bool) -> list[int]:
         out = [faces[e.name](*([x, y, w][: ARITY[e.name]]), *scalar_values(e.name)) for e in OPS]
         for e in ROW_REDUCTIONS:
             params = [w[0, 0]] * len(e.params)
-            out.append(faces[e.name](x, *params, eps=1e-6))
+            out.append(faces[e.name](x, *params, **({"dim": 1} if e.has_dim else {"eps": 1e-6})))
             if e.casting:
                 out.append(faces[e.name](x, *params, eps=1e-6, offset=1.0, casting_mode="gemma"))
         out += [faces[e.name](x, cos, sin) for e in ROW_MAPS]

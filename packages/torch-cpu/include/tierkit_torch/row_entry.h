@@ -1,12 +1,13 @@
 // From the op table's row reductions (tierkit/op_table.h: TIERKIT_ROW_REDUCTIONS
 // and row_info::<name>) to the C++ functions the dispatcher registers. An
-// entry of P parameters (weight, or weight and bias) is registered as
-//   op:       at::Tensor f(x, const std::optional<at::Tensor>&... (P), Eps eps)
-//   add:      std::tuple<at::Tensor, at::Tensor> f(x, residual, params..., Eps)
-//   add_:     at::Tensor f(x, residual, params..., Eps)
-//   forward:  std::tuple<y, stats> f(x, params..., double eps)
+// entry of P parameters (none, weight, or weight and bias) is registered as
+//   op:       at::Tensor f(x, const std::optional<at::Tensor>&... (P), Scalar s)
+//   add:      std::tuple<at::Tensor, at::Tensor> f(x, residual, params..., Scalar)
+//   add_:     at::Tensor f(x, residual, params..., Scalar)
+//   forward:  std::tuple<y, stats> f(x, params..., double eps)  (no eps role: f(x, params...))
 //   backward: std::tuple<dx, dparam... (P)> f(grad, x, params..., stats)
-// with Eps std::optional<double> (torch's default) or double (the entry's).
+// with Scalar its eps (std::optional<double>: torch's default; double: the
+// entry's) or its dim (int64_t; the building blocks run along the last dim).
 // Each tier's generic implementation `Impl<Entry>` receives the parameters
 // as an array (Params): one template per tier and dispatch key, none per op.
 #pragma once
@@ -38,7 +39,8 @@ struct RowEntry {
   using Kind = Kind_;
   static constexpr std::size_t kParams = P;
   static constexpr std::size_t kStats = std::tuple_size_v<std::decay_t<decltype(Info::stats)>>;
-  using Eps = std::conditional_t<Info::eps_optional, std::optional<double>, double>;
+  using Scalar = std::conditional_t<Info::has_dim, int64_t,
+                                    std::conditional_t<Info::eps_optional, std::optional<double>, double>>;
   // "tierkit::<overload>", for messages and lookups: built while the
   // library loads (a guarded function-local static would be a fork hazard:
   // op_handle.h).
@@ -67,28 +69,43 @@ struct RowSignaturesOver<Impl, std::index_sequence<I...>> {
   template <std::size_t>
   using Out = at::Tensor;
   using E = typename Impl::Entry;
-  using Eps = typename E::Eps;
+  using Scalar = typename E::Scalar;
 
-  static at::Tensor op(const at::Tensor& x, Opt<I>... p, Eps eps) { return Impl::op(x, {p...}, eps); }
+  static at::Tensor op(const at::Tensor& x, Opt<I>... p, Scalar s) { return Impl::op(x, {p...}, s); }
   static std::tuple<at::Tensor, at::Tensor> add(const at::Tensor& x, const at::Tensor& residual, Opt<I>... p,
-                                                Eps eps) {
-    return Impl::add(x, residual, {p...}, eps);
+                                                Scalar s) {
+    return Impl::add(x, residual, {p...}, s);
   }
-  static at::Tensor add_(const at::Tensor& x, const at::Tensor& residual, Opt<I>... p, Eps eps) {
-    return Impl::add_(x, residual, {p...}, eps);
+  static at::Tensor add_(const at::Tensor& x, const at::Tensor& residual, Opt<I>... p, Scalar s) {
+    return Impl::add_(x, residual, {p...}, s);
   }
   static std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x, Opt<I>... p, double eps) {
     return Impl::forward(x, {p...}, eps);
+  }
+  static std::tuple<at::Tensor, at::Tensor> forward_no_eps(const at::Tensor& x, Opt<I>... p) {
+    return Impl::forward(x, {p...}, 0.0);
   }
   static std::tuple<at::Tensor, Out<I>...> backward(const at::Tensor& grad, const at::Tensor& x, Opt<I>... p,
                                                     const at::Tensor& stats) {
     return Impl::backward(grad, x, {p...}, stats);
   }
   // The same as function types, for calling an overload through the dispatcher.
-  using OpFn = at::Tensor(const at::Tensor&, Opt<I>..., Eps);
-  using AddFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, Opt<I>..., Eps);
-  using AddInplaceFn = at::Tensor(const at::Tensor&, const at::Tensor&, Opt<I>..., Eps);
-  using ForwardFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, Opt<I>..., double);
+  using OpFn = at::Tensor(const at::Tensor&, Opt<I>..., Scalar);
+  using AddFn = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, Opt<I>..., Scalar);
+  using AddInplaceFn = at::Tensor(const at::Tensor&, const at::Tensor&, Opt<I>..., Scalar);
+  using ForwardFn =
+      std::conditional_t<E::Info::has_eps,
+                         std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, Opt<I>..., double),
+                         std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, Opt<I>...)>;
+  // Calls the forward building block through handle h (its eps where it has one).
+  template <typename H>
+  static std::tuple<at::Tensor, at::Tensor> call_forward(const H& h, const at::Tensor& x,
+                                                         const Params<sizeof...(I)>& p, double eps) {
+    if constexpr (E::Info::has_eps)
+      return h.call(x, p[I]..., eps);
+    else
+      return h.call(x, p[I]...);
+  }
   using BackwardFn = std::tuple<at::Tensor, Out<I>...>(const at::Tensor&, const at::Tensor&, Opt<I>...,
                                                        const at::Tensor&);
 };
@@ -113,7 +130,10 @@ void register_row_entry(Library& m) {
     m.impl(E::Info::add_name, &S::add);
     m.impl(E::Info::add_inplace_name, &S::add_);
   }
-  m.impl(E::Info::forward_name, &S::forward);
+  if constexpr (E::Info::has_eps)
+    m.impl(E::Info::forward_name, &S::forward);
+  else
+    m.impl(E::Info::forward_name, &S::forward_no_eps);
   m.impl(E::Info::backward_name, &S::backward);
 }
 

@@ -35,6 +35,22 @@ inline void check_x(const char* op, const at::Tensor& x, c10::DeviceType device)
   check_first(op, x, "x", device);
 }
 
+// The dim role (row_info::<name>::has_dim): the op runs along `dim`, as the
+// last-dim op `f` on x.movedim(dim, -1), the result moved back and made
+// contiguous (as aten's ops along a dim return one for a contiguous
+// x). The dim is wrapped by core's rule and words; no size is read.
+template <typename F>
+at::Tensor along_dim(const char* op, const at::Tensor& x, int64_t dim, const F& f) {
+  check_defined(op, x, "x");
+  int64_t d = 0;
+  core_check(op, [&] {
+    tierkit::row_rules::x_rank(x.dim(), "one is the dim it runs along", tierkit::row_rules::kTorchWords);
+    d = tierkit::row_rules::dim("dim", dim, x.dim(), tierkit::row_rules::kTorchWords);
+  });
+  if (d == x.dim() - 1) return f(x);
+  return f(x.movedim(d, -1)).movedim(-1, d).contiguous();
+}
+
 // A parameter (weight, bias): on x's device, any float dtype (as aten's
 // norms: the output keeps x's, MixedRows below), shape [x.size(-1)].
 inline void check_param(const char* op, const at::Tensor& x, const OptTensor& param, const char* name) {

@@ -18,7 +18,13 @@ from typing import Any
 
 import torch
 from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
-from tierkit_torch_common.row_ops import register_row_op_vmap, row_op_checks, row_op_faces
+from tierkit_torch_common.row_ops import (
+    check_dim,
+    register_row_op_vmap,
+    row_op_checks,
+    row_op_faces,
+    scalar_default,
+)
 from tierkit_torch_common.rows import default_eps, gradients, reference
 
 from ._autograd import _derivative_needed, in_place_kernels
@@ -72,7 +78,7 @@ def _function(entry: RowReduction) -> type:
         def forward(ctx: Any, x: torch.Tensor, *rest: Any) -> torch.Tensor:
             params, eps = rest[:p], default_eps(torch, entry, x, rest[p])
             with torch._C._AutoDispatchBelowAutograd():
-                y, stats = forward_op(x, *params, eps)
+                y, stats = forward_op(x, *params, *([eps] if entry.has_eps else []))
             # An inference tensor cannot be saved for backward; aten's norms
             # still differentiate an inference x against a weight that
             # requires grad (and the reverse), so it is saved as a normal copy.
@@ -91,7 +97,8 @@ def _function(entry: RowReduction) -> type:
                 grads = gradients(torch, entry, grad, x, params, ctx.eps)
             else:
                 with torch._C._AutoDispatchBelowAutograd():
-                    grads = list(backward_op(grad, x, *params, stats))
+                    out = backward_op(grad, x, *params, stats)
+                grads = list(out) if isinstance(out, tuple) else [out]
             out = [grads[0] if needs[0] else None]
             out += [grads[i + 1] if needs[i + 1] and params[i] is not None else None for i in range(p)]
             return (*out, None)
@@ -137,7 +144,8 @@ def _kernels(entry: RowReduction) -> dict[str, Any]:
         for i, name in enumerate(entry.params):
             if name in kwargs:
                 params[i] = kwargs[name]
-        eps = rest[p] if len(rest) > p else kwargs.get("eps", entry.eps)
+        scalar = "dim" if entry.has_dim else "eps"
+        eps = rest[p] if len(rest) > p else kwargs.get(scalar, scalar_default(entry))
         return tuple(params), eps
 
     def op_autograd(x, *rest, **kwargs):
@@ -147,6 +155,12 @@ def _kernels(entry: RowReduction) -> dict[str, Any]:
                 return op(x, *params, eps)
         _refuse_in_torch_func(entry.name)
         check, _ = _checks()
+        if entry.has_dim:  # along the last dim of x moved; movedim carries the derivatives
+            d = check_dim(torch, ns + entry.name, x, eps)
+            rows = x.movedim(d, -1)
+            check(ns + entry.name, entry, rows, params)
+            y = fn.apply(rows, *params, None)
+            return y if d == x.dim() - 1 else y.movedim(-1, d).contiguous()
         check(ns + entry.name, entry, x, params)
         return fn.apply(x, *params, eps)
 

@@ -1,6 +1,6 @@
 """12. The row reductions, every ROW_REDUCTIONS entry of the op table
 (forward, forward + backward, and the fused residual form where the entry
-has one), against eager F.<name>, torch.compile, onnxruntime's CPU kernels
+has one), against eager F.<name> (torch.<name>(x, -1) along a dim), torch.compile, onnxruntime's CPU kernels
 (where installed: ort_peer.py) and the compiled copy loop: a new entry is
 measured here with no new code (a new ONNX peer is a line in ort_peer.py)."""
 
@@ -37,7 +37,11 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
     for entry in ROW_REDUCTIONS:
         name = entry.name
         op = getattr(ops, name)
-        aten = getattr(F, name)  # torch.nn.functional.<name>(x, (d,), *params, eps)
+        if entry.has_dim:  # along the last dim: torch.<name>(x, -1)
+            aten = lambda a, _shape, *q, _n=name: getattr(torch, _n)(a, -1)
+        else:
+            aten = getattr(F, name)  # torch.nn.functional.<name>(x, (d,), *params, eps)
+        LAST = -1 if entry.has_dim else EPS  # the op's last argument: its dim, or eps
         for rows_, d in shapes:
             for dtype in (torch.float32, torch.bfloat16):
                 g = torch.Generator().manual_seed(0)
@@ -58,10 +62,10 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                 if comp is not None:
                     comp(x, *ps); comp(xg, *pg).backward(dy)
                 impls = {
-                    "torch op fwd": lambda: op(x, *ps, EPS),
+                    "torch op fwd": lambda: op(x, *ps, LAST),
                     "torch eager fwd (THP)": lambda: aten(x, (d,), *ps, EPS),
                     "torch.compile fwd (THP)": (lambda: comp(x, *ps)) if comp else None,
-                    "torch op fwd+bwd": both(lambda a, *q: op(a, *q, EPS)),
+                    "torch op fwd+bwd": both(lambda a, *q: op(a, *q, LAST)),
                     "torch eager fwd+bwd (THP)": both(lambda a, *q: aten(a, (d,), *q, EPS)),
                     "torch.compile fwd+bwd (THP)": both(comp) if comp else None,
                 }
@@ -73,7 +77,7 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                     impls["x + r (into a preallocated h), then torch op"] = lambda: (
                         op(torch.add(x, r, out=h), *ps, EPS), h)
                 # The forward kinds on k rows (slices of the same operands), for the compute roof.
-                at = {"torch op fwd": lambda k: lambda: op(x[:k], *ps, EPS)}
+                at = {"torch op fwd": lambda k: lambda: op(x[:k], *ps, LAST)}
                 if entry.fused_add:
                     at["torch op fused add"] = lambda k: lambda: add(x[:k], r[:k], *ps, EPS)
                 refs = {"fwd": "torch op fwd", "fwd+bwd": "torch op fwd+bwd", "add": "torch op fused add"}
@@ -98,7 +102,7 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                     got = ort_peer.plain(name, x, ps, EPS, threads)
                     if got:
                         got[0]()
-                        torch.testing.assert_close(got[1], op(x, *ps, EPS), rtol=2e-2, atol=2e-2)
+                        torch.testing.assert_close(got[1], op(x, *ps, LAST), rtol=2e-2, atol=2e-2)
                         impls["onnxruntime fwd"] = got[0]
                     got = ort_peer.fused(name, x, r, ps, EPS, threads) if entry.fused_add else None
                     if got:
