@@ -21,12 +21,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from tierkit_core.op_table import CASTING_MODES, OPS, ROW_MAPS, ROW_REDUCTIONS, Op, RowMap, RowReduction
+from tierkit_core.op_table import CASTING_MODES, OPS, ROW_IN_PLACE, ROW_MAPS, ROW_REDUCTIONS, Op, RowOp
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-Entry = Op | RowReduction | RowMap
+Entry = Op | RowOp
 
 
 def every(op: Entry) -> bool:
@@ -42,21 +42,21 @@ def differentiable(op: Entry) -> bool:
 
 
 def fused(op: Entry) -> bool:
-    return isinstance(op, RowReduction) and op.fused_add
+    return isinstance(op, RowOp) and op.fused_add
 
 
 def casting(op: Entry) -> bool:
-    return isinstance(op, RowReduction) and op.casting
+    return isinstance(op, RowOp) and op.casting
 
 
 def with_params(op: Entry) -> bool:
     """A row op with per-column parameters (the norms): what mixed-dtype rules are about."""
-    return isinstance(op, RowReduction) and bool(op.params)
+    return isinstance(op, RowOp) and bool(op.params)
 
 
 def along_a_dim(op: Entry) -> bool:
     """A row op with a dim argument (softmax, log_softmax)."""
-    return isinstance(op, RowReduction) and op.has_dim
+    return isinstance(op, RowOp) and op.has_dim
 
 
 # A casting test holds a case per entry with casting modes and per mode (its ids name both).
@@ -78,6 +78,7 @@ class Aspect:
     bridge_names: bool | None = None  # None: as the suite does
     rows: bool = False  # the row reductions' test (ROW_REDUCTIONS), not the pointwise entries'
     maps: bool = False  # the row maps' test (ROW_MAPS)
+    in_place: bool = False  # the in-place row ops' test (ROW_IN_PLACE)
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,35 @@ def maps(what: str, file: str, test: str) -> Aspect:
     return Aspect(what, file, test, maps=True)
 
 
-# The shared map suite (tierkit_torch_common.map_suite), as each torch tier collects it.
-MAP_SUITE = tuple(
-    maps(f"maps: {what}", "tests/test_row_maps.py", test)
-    for what, test in (
+def in_place(what: str, file: str, test: str) -> Aspect:
+    return Aspect(what, file, test, in_place=True)
+
+
+def shared_suite(kind: Callable[..., Aspect], label: str, file: str, tests: tuple[tuple[str, str], ...]):
+    """A torch-common suite as each torch tier collects it: (what, test) pairs of one kind."""
+    return tuple(kind(f"{label}: {what}", file, test) for what, test in tests)
+
+
+# The shared in-place suite (tierkit_torch_common.in_place_suite).
+IN_PLACE_SUITE = shared_suite(
+    in_place,
+    "in place",
+    "tests/test_row_in_place.py",
+    (
+        ("vLLM's formula", "test_matches_vllms_formula"),
+        ("layouts", "test_layouts_vllm_passes_are_written_in_place"),
+        ("errors", "test_errors_name_the_argument"),
+        ("opcheck", "test_opcheck"),
+        ("compile", "test_compile_functionalizes_the_write"),
+    ),
+)
+
+# The shared map suite (tierkit_torch_common.map_suite).
+MAP_SUITE = shared_suite(
+    maps,
+    "maps",
+    "tests/test_row_maps.py",
+    (
         ("values per dtype and layout", "test_map_matches_eager"),
         ("mixed dtypes", "test_map_mixed_dtypes_promote"),
         ("autograd, both modes", "test_map_gradcheck_gradgradcheck_and_forward_ad"),
@@ -113,7 +139,7 @@ MAP_SUITE = tuple(
         ("compile", "test_map_compile_fullgraph_dynamic_forward_and_backward"),
         ("opcheck", "test_map_opcheck"),
         ("errors", "test_map_errors_name_the_argument"),
-    )
+    ),
 )
 
 # The shared row suite (tierkit_torch_common.row_suite), as each torch tier collects it.
@@ -200,6 +226,7 @@ SUITES = {
                 "test_every_entry_compiles_fullgraph_dynamic_with_backward",
             ),
             *ROW_SUITE,
+            *IN_PLACE_SUITE,
             rows("rows: export", "tests/test_rows.py", "test_export_with_a_dynamic_batch"),
             rows(
                 "rows: the module",
@@ -298,6 +325,7 @@ SUITES = {
             *ROW_SUITE,
             *CASTING_SUITE,
             *MAP_SUITE,
+            *IN_PLACE_SUITE,
         ),
         needs="tierkit_torch_stable",
     ),
@@ -320,6 +348,12 @@ SUITES = {
                 "tests/test_rows.py",
                 "test_parameters_of_another_dtype_are_computed_in_xs_compute_type",
                 with_params,
+            ),
+            in_place("in place: vLLM's formula", "tests/test_row_in_place.py", "test_matches_vllms_formula"),
+            in_place(
+                "in place: errors",
+                "tests/test_row_in_place.py",
+                "test_errors_name_the_argument_and_write_nothing",
             ),
             rows(
                 "rows: any axis", "tests/test_rows.py", "test_along_any_axis_as_scipy_gives_it", along_a_dim
@@ -398,6 +432,9 @@ SUITES = {
                 "test_map_matches_the_cpu_and_the_models_code",
             ),
             maps("maps: compile", "tests/test_gpu_row_maps.py", "test_map_compile_fullgraph_dynamic"),
+            in_place(
+                "in place: the CPU's bits", "tests/test_gpu_in_place.py", "test_matches_the_cpu_bit_for_bit"
+            ),
             rows(
                 "casting: the CPU's",
                 "tests/test_gpu_row_maps.py",
@@ -437,7 +474,7 @@ def parameters(node: str) -> set[str]:
 
 
 def name_in(suite: str, aspect: Aspect, op: Entry) -> str:
-    if isinstance(op, (RowReduction, RowMap)):
+    if isinstance(op, RowOp):
         return op.name  # one name in every tier
     bridge = SUITES[suite].bridge_names if aspect.bridge_names is None else aspect.bridge_names
     return op.bridge if bridge else op.name
@@ -449,7 +486,15 @@ def missing_cases(suite: str) -> list[str]:
     nodes = collected(spec.directory, tuple(sorted({a.file for a in spec.aspects})))
     gaps = []
     for aspect in spec.aspects:
-        table: tuple[Entry, ...] = ROW_MAPS if aspect.maps else ROW_REDUCTIONS if aspect.rows else OPS
+        table: tuple[Entry, ...] = (
+            ROW_IN_PLACE
+            if aspect.in_place
+            else ROW_MAPS
+            if aspect.maps
+            else ROW_REDUCTIONS
+            if aspect.rows
+            else OPS
+        )
         for op in filter(aspect.applies, table):
             name = name_in(suite, aspect, op)
             test = aspect.test.format(op=name)

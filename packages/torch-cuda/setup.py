@@ -92,6 +92,8 @@ setup(
                     "csrc/row_kernels.cu",
                     "csrc/map_ops.cpp",
                     "csrc/map_kernels.cu",
+                    "csrc/in_place_ops.cpp",
+                    "csrc/in_place_kernels.cu",
                 ],
                 include_dirs=[str(HERE / "csrc"), tierkit_torch.get_include(), tierkit_core.get_include()],
                 # No FMA contraction anywhere: results must be bit-identical to

@@ -55,7 +55,7 @@ setup(
         python_free(
             CppExtension(
                 "tierkit_torch_stable.libtierkit_stable_ops",
-                ["csrc/ops.cpp", "csrc/rows.cpp", "csrc/row_maps.cpp"],
+                ["csrc/ops.cpp", "csrc/rows.cpp", "csrc/row_maps.cpp", "csrc/row_in_place.cpp"],
                 include_dirs=[str(HERE / "csrc"), tierkit_core.get_include()],
                 extra_compile_args=compile_args,
                 py_limited_api=True,

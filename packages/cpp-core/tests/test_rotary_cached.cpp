@@ -190,8 +190,7 @@ TYPED_TEST(RotaryCached, RefusesBadArgumentsBeforeWriting) {
     call(bad, 8, 8);
     FAIL() << "no error for a position past the cache";
   } catch (const tierkit::InvalidArgument& e) {
-    EXPECT_STREQ(e.what(),
-                 "rotary_embedding_cached: positions[1]: expected a row of cos_sin_cache, in [0, 4), got 4");
+    EXPECT_STREQ(e.what(), "positions[1]: expected a row of cos_sin_cache, in [0, 4), got 4");
   }
   EXPECT_THROW(call(negative, 8, 8), tierkit::InvalidArgument);
   EXPECT_EQ(as_bits(q), as_bits(before));
@@ -201,8 +200,7 @@ TYPED_TEST(RotaryCached, RefusesBadArgumentsBeforeWriting) {
     FAIL() << "no error for an odd rot_dim";
   } catch (const tierkit::InvalidArgument& e) {
     EXPECT_STREQ(e.what(),
-                 "rotary_embedding_cached: cos_sin_cache: expected an even row length (rot_dim) of at most "
-                 "head_size (8), got 7");
+                 "cos_sin_cache: expected an even row length (rot_dim) of at most head_size (8), got 7");
   }
   EXPECT_THROW(call(good, 8, 4), tierkit::InvalidArgument);  // rot_dim past the head
   EXPECT_EQ(as_bits(q), as_bits(before));

@@ -28,6 +28,7 @@
 #include "ops.h"
 #include "tierkit/checks.h"
 #include "tierkit/op_table.h"
+#include "tierkit/rotary_cached.h"
 #include "tierkit/row_functors.h"
 #include "tierkit/row_maps.h"
 #include "tierkit/row_rules.h"
@@ -750,6 +751,190 @@ struct BridgeMap {
   }
 };
 
+// The in-place row ops (TIERKIT_ROW_IN_PLACE: vLLM's cached rotary
+// embedding) for arrays: query and key written in place, each token's cos
+// and sin gathered from a cache row by its position; written for the
+// entry's roles (an index, x written in place, an optional second x, a
+// gathered table, a size, a flag), as torch-cpu's row_in_place.cpp.
+template <typename Info>
+struct BridgeInPlace {
+  // x as token rows: `direct` when its dims after the index's are one dense
+  // row and its index dims one stride apart (the token stride); else the
+  // kernel runs on a C-contiguous copy, copied back.
+  struct Heads {
+    tierkit::TensorView view;
+    std::optional<Buffer> copy;
+    std::int64_t stride = 0, heads = 0;
+  };
+  static Heads heads_of(const tierkit::TensorView& x, int index_dims, std::int64_t tokens,
+                        std::int64_t head_size) {
+    bool direct = x.strides()[x.rank() - 1] == 1;
+    std::int64_t expected = 1;
+    for (int k = x.rank() - 1; direct && k >= index_dims; --k) {
+      direct = x.shape()[k] == 1 || x.strides()[k] == expected;
+      expected *= x.shape()[k];
+    }
+    for (int k = index_dims - 2; direct && k >= 0; --k)
+      direct = x.shape()[k] == 1 || x.strides()[k] == x.strides()[k + 1] * x.shape()[k + 1];
+    direct = direct && (index_dims == 0 || tokens <= 1 || x.strides()[index_dims - 1] > 0);
+    Heads h;
+    const std::int64_t per_token = tokens ? x.numel() / tokens : 0;
+    if (direct) {
+      h.view = x;
+      h.stride = index_dims > 0 && tokens > 1 ? x.strides()[index_dims - 1] : per_token;
+    } else {
+      h.copy = contiguous_copy(x);
+      h.view = h.copy->view();
+      h.stride = per_token;
+    }
+    h.heads = per_token / head_size;
+    return h;
+  }
+
+  // The index as int64, C-contiguous (a copy: what is written cannot change it).
+  static Buffer as_int64(const tierkit::TensorView& v) {
+    const Buffer c = contiguous_copy(v);
+    if (v.dtype() == tierkit::DType::Int64) return c;
+    Buffer out = Buffer::empty(v.shape(), tierkit::DType::Int64, false);
+    const auto* in = static_cast<const std::int32_t*>(c.view().data());
+    auto* to = static_cast<std::int64_t*>(out.view().data());
+    for (std::int64_t i = 0; i < v.numel(); ++i) to[i] = in[i];
+    return out;
+  }
+
+  static std::int64_t integer(const std::string& op, const char* name, const py::handle& v) {
+    bool ok = !PyBool_Check(v.ptr()) && PyLong_Check(v.ptr());
+    if (!ok && !PyBool_Check(v.ptr())) {
+      const py::object np = imported("numpy");
+      ok = np && py::isinstance(v, np.attr("integer"));
+    }
+    if (!ok)
+      throw py::type_error(op + name + ": expected an int, got " +
+                           std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+    return v.cast<std::int64_t>();
+  }
+
+  static void call(const py::object& positions_in, const py::object& query_in, const py::object& key_in,
+                   const py::object& cache_in, const py::object& head_size_in, const py::object& is_neox_in) {
+    const std::string op = std::string(Info::name) + ": ";
+    const bool has_key = !key_in.is_none();
+    refuse_masked(op, positions_in, "positions");
+    refuse_masked(op, query_in, "query");
+    refuse_masked(op, key_in, "key");
+    refuse_masked(op, cache_in, "cos_sin_cache");
+    const std::int64_t head_size = integer(op, "head_size", head_size_in);
+    if (!PyBool_Check(is_neox_in.ptr()))
+      throw py::type_error(op + "is_neox: expected a bool, got " +
+                           std::string(py::str(py::type::handle_of(is_neox_in).attr("__name__"))));
+    const bool is_neox = is_neox_in.cast<bool>();
+    const py::object positions_obj = readable(positions_in), cache_obj = readable(cache_in);
+    const ArrayArg ap = import(op, positions_obj, "positions", false);
+    const ArrayArg aq = import(op, query_in, "query", true);
+    std::optional<ArrayArg> ak;
+    if (has_key) ak = import(op, key_in, "key", true);
+    const ArrayArg ac = import(op, cache_obj, "cos_sin_cache", false);
+    const tierkit::TensorView &vp = ap.view(), &vq = aq.view(), &vc = ac.view();
+    const auto dtype_text = [](const tierkit::TensorView& v) {
+      return std::string(tierkit::dtype_name(v.dtype()));
+    };
+    if (!tierkit::is_accepted(vq.dtype()))
+      throw py::type_error(op + "query: expected dtype " + tierkit::accepted_dtype_names() + ", got " +
+                           dtype_text(vq));
+    if (vp.dtype() != tierkit::DType::Int64 && vp.dtype() != tierkit::DType::Int32)
+      throw py::type_error(op + "positions: expected dtype int64 or int32, got " + dtype_text(vp));
+    const tierkit::DType compute =
+        vq.dtype() == tierkit::DType::Float64 ? tierkit::DType::Float64 : tierkit::DType::Float32;
+    if (vc.dtype() != vq.dtype() && vc.dtype() != compute)
+      throw py::type_error(op + "cos_sin_cache: expected dtype " + dtype_text(vq) +
+                           (vq.dtype() == compute ? std::string(" (query's)")
+                                                  : " or " + std::string(tierkit::dtype_name(compute)) +
+                                                        " (query's or its compute type)") +
+                           ", got " + dtype_text(vc));
+    row_rule(op, [&] {
+      rules::indexed_heads("query", dims(vq.shape()), dims(vp.shape()), "positions", head_size,
+                           rules::kNumpyWords);
+      rules::gathered_table("cos_sin_cache", dims(vc.shape()), head_size, rules::kNumpyWords);
+    });
+    if (ak) {
+      const tierkit::TensorView& vk = ak->view();
+      if (vk.dtype() != vq.dtype())
+        throw py::type_error(op + "key: expected dtype " + dtype_text(vq) + " (same as query), got " +
+                             dtype_text(vk));
+      row_rule(op, [&] {
+        rules::indexed_heads("key", dims(vk.shape()), dims(vp.shape()), "positions", head_size,
+                             rules::kNumpyWords);
+      });
+    }
+    // The positions as int64 and the cache C-contiguous: copies, so what is
+    // written cannot change what the tokens read.
+    const Buffer positions = as_int64(vp);
+    const Buffer cache = contiguous_copy(vc);
+    const std::int64_t tokens = vp.numel();
+    Heads q = heads_of(vq, vp.rank(), tokens, head_size);
+    Heads k = ak ? heads_of(ak->view(), vp.rank(), tokens, head_size) : Heads{};
+    if (ak) {  // exact for token rows (query and key sliced from one qkv row share none)
+      const tierkit::TensorView& vk = ak->view();
+      const std::int64_t item = static_cast<std::int64_t>(tierkit::dtype_size(vq.dtype()));
+      const std::int64_t bytes = static_cast<const char*>(vk.data()) - static_cast<const char*>(vq.data());
+      const bool shared =
+          q.copy || k.copy || bytes % item != 0
+              ? meet(vq, vk)
+              : tierkit::kernels::token_rows_share(0, q.stride, q.heads * head_size, bytes / item, k.stride,
+                                                   k.heads * head_size, tokens);
+      if (shared)
+        throw py::value_error(op + "key: shares memory with query (its elements would be rotated twice)");
+    }
+    const unsigned threads = max_threads();
+    row_rule(op, [&] {
+      tierkit::dispatch_accepted(vq.dtype(), "query", [&](auto tag) {
+        using T = decltype(tag);
+        const auto heads = [](const Heads& h) {
+          return tierkit::kernels::CachedHeads<T>{h.view.numel() ? static_cast<T*>(h.view.data()) : nullptr,
+                                                  h.stride, h.heads};
+        };
+        const auto run = [&](const auto* table) {
+          py::gil_scoped_release nogil;
+          Info::Functor::run(static_cast<const std::int64_t*>(positions.view().data()), tokens, heads(q),
+                             ak ? heads(k) : tierkit::kernels::CachedHeads<T>{}, head_size, table,
+                             vc.shape()[0], vc.shape()[1], is_neox, tierkit::kernels::PoolRunner{threads});
+        };
+        if (vc.dtype() == vq.dtype())
+          run(static_cast<const T*>(cache.view().data()));
+        else
+          run(static_cast<const tierkit::compute_t<T>*>(cache.view().data()));
+      });
+    });
+    if (q.copy) copy_elements(q.view, vq);
+    if (ak && k.copy) copy_elements(k.view, ak->view());
+    note_written(query_in);
+    if (has_key) note_written(key_in);
+  }
+
+  static void bind(py::module_& m) {
+    m.def(
+        Info::name,
+        [](const py::object& positions, const py::object& query, const py::object& key,
+           const py::object& cache, const py::object& head_size,
+           const py::object& is_neox) { call(positions, query, key, cache, head_size, is_neox); },
+        py::arg("positions"), py::arg("query"), py::arg("key"), py::arg("cos_sin_cache"),
+        py::arg("head_size"), py::arg("is_neox"),
+        (std::string(Info::doc) +
+         ". Query and key are written in place (numpy arrays, torch tensors, anything writable the bridge "
+         "reads); positions int64 or int32, each checked to lie in cos_sin_cache before anything is written; "
+         "the cache of query's dtype or float32 beside 16-bit query. Returns None.")
+            .c_str());
+  }
+};
+
+#define TIERKIT_IN_PLACE_INFO(NAME, FUNCTOR)                        \
+  struct NAME##_info {                                              \
+    static constexpr const char* name = #NAME;                      \
+    static constexpr const char* doc = tierkit::in_place_doc::NAME; \
+    using Functor = tierkit::kernels::FUNCTOR;                      \
+  };
+TIERKIT_ROW_IN_PLACE(TIERKIT_IN_PLACE_INFO)
+#undef TIERKIT_IN_PLACE_INFO
+
 }  // namespace
 
 void bind_rows(py::module_& m) {
@@ -761,6 +946,9 @@ void bind_rows(py::module_& m) {
   BridgeMap<tierkit::map_info::name, tierkit::kernels::Functor>::bind(m);
   TIERKIT_ROW_MAPS(TIERKIT_BRIDGE_MAPS)
 #undef TIERKIT_BRIDGE_MAPS
+#define TIERKIT_BRIDGE_IN_PLACE(name, Functor) BridgeInPlace<name##_info>::bind(m);
+  TIERKIT_ROW_IN_PLACE(TIERKIT_BRIDGE_IN_PLACE)
+#undef TIERKIT_BRIDGE_IN_PLACE
 }
 
 }  // namespace tierkit_bridge

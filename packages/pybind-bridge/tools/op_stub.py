@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tierkit_core.op_codegen import generator_main, rewrite_section
-from tierkit_core.op_table import OPS, ROW_MAPS, ROW_REDUCTIONS
+from tierkit_core.op_table import OPS, ROW_IN_PLACE, ROW_MAPS, ROW_REDUCTIONS
 
 STUB = Path(__file__).resolve().parents[1] / "src" / "tierkit_bridge" / "_bridge.pyi"
 COMMAND = "python packages/pybind-bridge/tools/op_stub.py"
@@ -41,6 +41,10 @@ def render(current: str) -> str:
             *(f"{f}: bool = {d!r}" for f, d in m.flags),
         ]
         lines.append(_signature(m.name, [*args, "*", "out: _ArrayLike | None = None"]))
+    spelled = {"x": "_ArrayLike", "index": "_ArrayLike", "table": "_ArrayLike", "size": "int", "flag": "bool"}
+    for e in ROW_IN_PLACE:  # written in place: returns None
+        args = [f"{a.name}: {spelled[a.role]}{' | None' if a.optional else ''}" for a in e.args]
+        lines.append(_signature(e.name, args).replace(") -> Any: ...", ") -> None: ..."))
     return rewrite_section(current, BEGIN, END, "".join(lines) + "\n")  # the blank line: ruff format's
 
 

@@ -32,5 +32,6 @@ TORCH_LIBRARY(tierkit, m) {
   for (const char* schema : tierkit::kOpSchemas) def(schema, true);
   for (const char* schema : tierkit::kRowReductionSchemas) def(schema, false);
   for (const char* schema : tierkit::kRowMapSchemas) def(schema, false);
+  for (const char* schema : tierkit::kRowInPlaceSchemas) def(schema, false);
   m.impl("_accepted_dtypes", &tierkit::accepted_dtype_list);  // a catch-all kernel: no tensor to dispatch on
 }

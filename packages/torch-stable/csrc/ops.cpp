@@ -108,6 +108,8 @@ STABLE_TORCH_LIBRARY(tierkit_stable, m) {
   for (const char* schema : tierkit::kOpSchemas) m.def(schema, tags_of(schema, true));
   for (const char* schema : tierkit::kRowReductionSchemas) m.def(schema, tags_of(schema, false));  // rows.cpp
   for (const char* schema : tierkit::kRowMapSchemas) m.def(schema, tags_of(schema, false));  // row_maps.cpp
+  for (const char* schema : tierkit::kRowInPlaceSchemas)
+    m.def(schema, tags_of(schema, false));  // row_in_place.cpp
 }
 
 // One kernel type per op (a name, so TORCH_BOX's argument holds no comma).

@@ -63,6 +63,23 @@ inline constexpr const char* kRowMapSchemas[] = {
     "_rotary_embedding_backward(Tensor grad, Tensor cos, Tensor sin, bool interleaved) -> Tensor",
 };
 
+// The in-place row ops' overloads (vLLM's serving ops: no building blocks, not differentiable).
+inline constexpr const char* kRowInPlaceSchemas[] = {
+    "rotary_embedding_cached(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, int head_size, bool is_neox) -> ()",
+};
+
+// Their documentation (the entry's doc), for the bindings' docstrings.
+namespace in_place_doc {
+inline constexpr const char* rotary_embedding_cached = "vLLM's rotary_embedding: query and key (heads of head_size per token) rotated in place, token t's cos and sin the halves of cos_sin_cache[positions[t]] (NeoX's pairs when is_neox, else GPT-J's), a head's columns from cos_sin_cache.size(-1) on passed through";
+}  // namespace in_place_doc
+
+// X(name, Functor): the in-place row ops, each written for its roles (an
+// index, x arguments written in place, a table gathered by the index, a
+// size, a flag). Functor: tierkit::kernels::<Functor> on the CPU
+// (rotary_cached.h), <Functor>F on CUDA.
+#define TIERKIT_ROW_IN_PLACE(X) \
+  X(rotary_embedding_cached, RotaryCached)
+
 // X(name, Functor, tables): the row maps. Functor: tierkit::kernels::<Functor>
 // on the CPU (row_maps.h), <Functor>MapF on CUDA; tables: cos and sin.
 #define TIERKIT_ROW_MAPS(X) \

@@ -81,14 +81,14 @@ void rotary_embedding_cached(const std::int64_t* positions, std::int64_t tokens,
                              const Runner& run = {}) {
   static_assert(std::is_same_v<P, T> || std::is_same_v<P, compute_t<T>>,
                 "rotary_embedding_cached: the cache in x's dtype or its compute type");
-  check(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_size, "rotary_embedding_cached: cos_sin_cache: ",
-        "expected an even row length (rot_dim) of at most head_size (", head_size, "), got ", rot_dim);
+  check(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_size,
+        "cos_sin_cache: ", "expected an even row length (rot_dim) of at most head_size (", head_size,
+        "), got ", rot_dim);
   for (const CachedHeads<T>* t : {&query, &key})
-    check(!t->data || (t->heads >= 0 && t->stride >= t->heads * head_size),
-          "rotary_embedding_cached: a token's row stride (", t->stride, ") is shorter than its ", t->heads,
-          " heads of ", head_size);
+    check(!t->data || (t->heads >= 0 && t->stride >= t->heads * head_size), "a token's row stride (",
+          t->stride, ") is shorter than its ", t->heads, " heads of ", head_size);
   for (std::int64_t t = 0; t < tokens; ++t)
-    check(positions[t] >= 0 && positions[t] < cache_rows, "rotary_embedding_cached: positions[", t,
+    check(positions[t] >= 0 && positions[t] < cache_rows, "positions[", t,
           "]: expected a row of cos_sin_cache, in [0, ", cache_rows, "), got ", positions[t]);
   if (tokens <= 0) return;
   const std::int64_t half = rot_dim / 2;
@@ -106,5 +106,42 @@ void rotary_embedding_cached(const std::int64_t* positions, std::int64_t tokens,
         }
       });
 }
+
+// Whether two tensors of token rows share an element: a's row t holds the
+// elements [a0 + t sa, a0 + t sa + wa) (element offsets from one base), b's
+// alike; `tokens` rows each, strides positive. Exact: query and key sliced
+// from one fused qkv row share none, though their byte ranges interleave.
+inline bool token_rows_share(std::int64_t a0, std::int64_t sa, std::int64_t wa, std::int64_t b0,
+                             std::int64_t sb, std::int64_t wb, std::int64_t tokens) {
+  if (tokens <= 0 || wa <= 0 || wb <= 0) return false;
+  const auto floor_div = [](std::int64_t n, std::int64_t d) {
+    return n / d - (n % d != 0 && (n < 0) != (d < 0));
+  };
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t lo = a0 + t * sa, hi = lo + wa;
+    if (tokens == 1 || sb <= 0) {
+      if (b0 < hi && lo < b0 + wb) return true;
+      continue;
+    }
+    // b's rows u starting in (lo - wb, hi) meet a's row t.
+    const std::int64_t u0 = std::max<std::int64_t>(0, floor_div(lo - wb - b0, sb) + 1);
+    const std::int64_t u1 = std::min<std::int64_t>(tokens - 1, floor_div(hi - 1 - b0, sb));
+    if (u0 <= u1) return true;
+  }
+  return false;
+}
+
+// The op table's entry (TIERKIT_ROW_IN_PLACE: rotary_embedding_cached): the
+// functor each tier's binding calls. Its messages name no op: the binding
+// prefixes its own.
+struct RotaryCached {
+  template <typename T, typename P, typename Runner = PoolRunner>
+  static void run(const std::int64_t* positions, std::int64_t tokens, CachedHeads<T> query,
+                  CachedHeads<T> key, std::int64_t head_size, const P* cos_sin_cache, std::int64_t cache_rows,
+                  std::int64_t rot_dim, bool is_neox, const Runner& runner = {}) {
+    rotary_embedding_cached(positions, tokens, query, key, head_size, cos_sin_cache, cache_rows, rot_dim,
+                            is_neox, runner);
+  }
+};
 
 }  // namespace tierkit::kernels

@@ -103,6 +103,34 @@ void tables_fit(const Sizes& x, const std::array<TableSizes, N>& tables,
   }
 }
 
+// An x indexed row by row (the index role: vLLM's positions, one per
+// token): its leading dims are the index's shape `index` (named
+// `index_name`), and each token's row after them holds whole heads of
+// `head_size` (the size role).
+template <typename Sizes, typename IndexSizes>
+void indexed_heads(const char* name, const Sizes& x, const IndexSizes& index, const char* index_name,
+                   std::int64_t head_size, const Words& w) {
+  bool lead = x.size() > index.size();
+  for (std::size_t k = 0; lead && k < index.size(); ++k) lead = x[k] == index[k];
+  if (!lead)
+    fail(name, ": expected ", index_name, "'s shape ", shape_str(index, w.style),
+         " as its leading dims and a token's heads after them, got shape ", shape_str(x, w.style));
+  std::int64_t per_token = 1;
+  for (std::size_t k = index.size(); k < x.size(); ++k) per_token *= static_cast<std::int64_t>(x[k]);
+  if (!(head_size > 0 && per_token % head_size == 0))
+    fail(name, ": expected whole heads of head_size (", head_size, ") a token, got ", per_token,
+         " elements a token");
+}
+
+// A table gathered by an index (one row per position): [rows, r], its
+// width r even and 0 < r <= head_size.
+template <typename Sizes>
+void gathered_table(const char* name, const Sizes& t, std::int64_t head_size, const Words& w) {
+  if (t.size() == 2 && t[1] > 0 && t[1] % 2 == 0 && t[1] <= head_size) return;
+  fail(name, ": expected shape [rows, r] with r even, at most head_size (", head_size, "), got ",
+       shape_str(t, w.style));
+}
+
 // The stats a backward receives: `want` values of dtype `want_dtype`, as
 // the forward `from` saved them.
 template <typename Int>

@@ -372,7 +372,8 @@ def eps_arg(default: float | None = None) -> RowArg:
     return RowArg("eps", "eps", default)
 
 
-def flag(name: str, default: bool) -> RowArg:
+def flag(name: str, default: bool | None) -> RowArg:
+    """A bool and its default (None: the schema gives it none, as vLLM's is_neox)."""
     return RowArg(name, "flag", default)
 
 
@@ -676,6 +677,28 @@ ROW_OPS: tuple[RowOp, ...] = (
             "sin": "sum_to(mapped(grad) * rotate(mapped(x)), sin)",
         },
         width_rule="even, at most x.size(-1)",
+    ),
+    RowOp(
+        name="rotary_embedding_cached",
+        functor="RotaryCached",
+        doc="vLLM's rotary_embedding: query and key (heads of head_size per token) rotated in place, token t's "
+        "cos and sin the halves of cos_sin_cache[positions[t]] (NeoX's pairs when is_neox, else GPT-J's), "
+        "a head's columns from cos_sin_cache.size(-1) on passed through",
+        args=(
+            index("positions"),
+            x_arg("query", written="a"),
+            x_arg("key", written="b", optional=True),
+            table("cos_sin_cache", gathered_by="positions"),
+            size("head_size"),
+            flag("is_neox", None),
+        ),
+        saves="none",
+        # Per head, with cos and sin the gathered row's halves widened to the
+        # rotated width (repeated for NeoX, interleaved for GPT-J): the row
+        # map's formula.
+        reference="mapped(x) * cos + rotate(mapped(x)) * sin",
+        derivatives={},
+        width_rule="even, at most head_size",
     ),
 )
 

@@ -17,7 +17,19 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TORCH", "Words", "dim", "param_shape", "shape_str", "stats", "table_rank", "tables_fit", "x_rank"]
+__all__ = [
+    "TORCH",
+    "Words",
+    "dim",
+    "gathered_table",
+    "indexed_heads",
+    "param_shape",
+    "shape_str",
+    "stats",
+    "table_rank",
+    "tables_fit",
+    "x_rank",
+]
 
 Rule = Iterator[tuple[Any, Callable[[], str]]]
 
@@ -110,6 +122,40 @@ def tables_fit(
             len(t) <= len(x) and all(s == 1 or s == xs for s, xs in zip(reversed(t[:-1]), reversed(x[:-1]))),
             no_broadcast,
         )
+
+
+def indexed_heads(
+    name: str, x: Sequence[Any], index: Sequence[Any], index_name: str, head_size: int, words: Words
+) -> Rule:
+    """An x indexed row by row: its leading dims are the index's shape, and
+    each token's row after them holds whole heads of `head_size`."""
+    yield (
+        len(x) > len(index) and all(a == b for a, b in zip(x, index)),
+        lambda: (
+            f"{name}: expected {index_name}'s shape {shape_str(list(index), words)} as its leading dims and "
+            f"a token's heads after them, got shape {shape_str(list(x), words)}"
+        ),
+    )
+    per_token = 1
+    for s in x[len(index) :]:
+        per_token *= s
+    yield (
+        head_size > 0 and per_token % head_size == 0,
+        lambda: (
+            f"{name}: expected whole heads of head_size ({head_size}) a token, got {per_token} elements a token"
+        ),
+    )
+
+
+def gathered_table(name: str, t: Sequence[Any], head_size: int, words: Words) -> Rule:
+    """A table gathered by an index: [rows, r], r even and 0 < r <= head_size."""
+    yield (
+        len(t) == 2 and 0 < t[1] <= head_size and t[1] % 2 == 0,
+        lambda: (
+            f"{name}: expected shape [rows, r] with r even, at most head_size ({head_size}), got "
+            f"{shape_str(list(t), words)}"
+        ),
+    )
 
 
 def stats(got: int, got_dtype: str, want: int, want_dtype: str, source: str) -> Rule:

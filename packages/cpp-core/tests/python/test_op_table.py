@@ -121,18 +121,27 @@ def test_docs_with_quotes_become_valid_cpp_strings():
 
 
 def test_row_ops_declare_their_arguments_by_role():
-    from tierkit_core.op_table import ROW_MAPS, ROW_OPS, ROW_REDUCTIONS, RowArg
+    from tierkit_core.op_table import ROW_IN_PLACE, ROW_MAPS, ROW_OPS, ROW_REDUCTIONS, RowArg
     from tierkit_core.op_testing import ROW_FUNCTIONS
 
     # One entry type; each code path's tuple is the table filtered by what backward saves.
-    assert sorted(e.name for e in (*ROW_REDUCTIONS, *ROW_MAPS)) == sorted(e.name for e in ROW_OPS)
+    assert sorted(e.name for e in (*ROW_REDUCTIONS, *ROW_MAPS, *ROW_IN_PLACE)) == sorted(
+        e.name for e in ROW_OPS
+    )
     assert all(e.saves == "stats" for e in ROW_REDUCTIONS) and all(e.saves == "linear" for e in ROW_MAPS)
-    for e in ROW_OPS:
+    for e in (*ROW_REDUCTIONS, *ROW_MAPS):
         assert all(a.role in RowArg.ROLES[1:] for a in e.args)
         # The schema is x and then the arguments as declared, each in its role's spelling.
         assert e.schema == f"{e.name}(Tensor x, {', '.join(a.schema for a in e.args)}) -> Tensor"
+    for e in ROW_IN_PLACE:  # its x arguments among its args, written in place, nothing returned
+        assert e.saves == "none" and e.overloads == (e.name,)
+        assert e.schema == f"{e.name}({', '.join(a.schema for a in e.args)}) -> ()"
+        assert any(a.role == "x" and a.written for a in e.args)
+    for e in ROW_OPS:
         words = set(FORMULA_FUNCTIONS) | {"grad", "x", *(a.name for a in e.args), *e.terms, *e.stats}
         words |= {*ROW_FUNCTIONS, "rotate", "rotate_t", "sum_to", "mapped"}
+        if any(a.gathered_by for a in e.args):  # a gathered row's halves, widened (the entry's comment)
+            words |= {"cos", "sin"}
         for formula in (e.reference, *e.derivatives.values(), *e.terms.values()):
             used = set(re.findall(r"[A-Za-z_]\w*", formula))
             assert used <= words, f"{e.name}: {formula!r} uses {used - words}"
@@ -141,6 +150,11 @@ def test_row_ops_declare_their_arguments_by_role():
     assert (rms.params, rms.eps, rms.eps_arg) == (("weight",), None, "float? eps=None")
     assert (rotary.tables, rotary.flags) == (("cos", "sin"), (("interleaved", False),))
     assert rotary.overloads == ("rotary_embedding", "_rotary_embedding_backward")
+    cached = ROW_IN_PLACE[0]
+    assert cached.schema == (
+        "rotary_embedding_cached(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, "
+        "int head_size, bool is_neox) -> ()"
+    )
     # A dim role: the op's last argument; its building blocks run along the last dim, with no eps.
     softmax = next(e for e in ROW_REDUCTIONS if e.name == "softmax")
     assert (softmax.params, softmax.has_dim, softmax.has_eps) == ((), True, False)

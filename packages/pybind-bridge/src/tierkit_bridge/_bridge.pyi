@@ -94,6 +94,14 @@ def rotary_embedding(
     *,
     out: _ArrayLike | None = None,
 ) -> Any: ...
+def rotary_embedding_cached(
+    positions: _ArrayLike,
+    query: _ArrayLike,
+    key: _ArrayLike | None,
+    cos_sin_cache: _ArrayLike,
+    head_size: int,
+    is_neox: bool,
+) -> None: ...
 
 # END op table
 def vector_add_list(a: list[float], b: list[float]) -> list[float]: ...

@@ -21,6 +21,7 @@ from .rows import _split, compute_dtype, default_eps, normalized
 
 __all__ = [
     "check_dim",
+    "in_place_checks",
     "one_or_tuple",
     "register_row_op_fakes",
     "register_row_op_sharding",
@@ -36,6 +37,56 @@ __all__ = [
 def tensor_args(entry: RowOp) -> tuple[str, ...]:
     """The entry's tensors after x, in schema order (its parameters or its tables)."""
     return tuple(a.name for a in entry.args if a.role in ("param", "table"))
+
+
+def in_place_checks(torch: Any, accepted_dtypes: Sequence[str]) -> Callable[..., None]:
+    """An in-place entry's checks with the C++ kernels' messages (csrc/row_in_place.cpp):
+    ``check(op, positions, query, key, cos_sin_cache, head_size)``: the
+    fakes ask them, and the stable tier's Autograd kernel before it calls
+    below. (Whether each position lies in the table is the kernel's: it
+    reads the values.)"""
+    accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
+    accepted_text = one_of(list(accepted_dtypes))
+
+    def check(op: str, positions: Any, query: Any, key: Any, cache: Any, head_size: int) -> None:
+        if query.dtype not in accepted:
+            raise RuntimeError(f"{op}: query: expected dtype {accepted_text}, got {dtype_name(query.dtype)}")
+        for name, t in (("positions", positions), ("cos_sin_cache", cache), ("key", key)):
+            if t is not None and t.device != query.device:
+                raise RuntimeError(
+                    f"{op}: {name}: expected device {query.device} (same as query), got {t.device}"
+                )
+        if positions.dtype not in (torch.int64, torch.int32):
+            raise RuntimeError(
+                f"{op}: positions: expected dtype int64 or int32, got {dtype_name(positions.dtype)}"
+            )
+        compute = torch.float64 if query.dtype == torch.float64 else torch.float32
+        if cache.dtype not in (query.dtype, compute):
+            wanted = (
+                f"{dtype_name(query.dtype)} (query's)"
+                if query.dtype == compute
+                else f"{dtype_name(query.dtype)} or {dtype_name(compute)} (query's or its compute type)"
+            )
+            raise RuntimeError(f"{op}: cos_sin_cache: expected dtype {wanted}, got {dtype_name(cache.dtype)}")
+        ask(
+            torch,
+            op,
+            rules.indexed_heads("query", query.shape, positions.shape, "positions", head_size, rules.TORCH),
+        )
+        ask(torch, op, rules.gathered_table("cos_sin_cache", cache.shape, head_size, rules.TORCH))
+        if key is None:
+            return
+        if key.dtype != query.dtype:
+            raise RuntimeError(
+                f"{op}: key: expected dtype {dtype_name(query.dtype)} (same as query), got {dtype_name(key.dtype)}"
+            )
+        ask(
+            torch,
+            op,
+            rules.indexed_heads("key", key.shape, positions.shape, "positions", head_size, rules.TORCH),
+        )
+
+    return check
 
 
 def result_dtype(torch: Any, x: Any, tables: Sequence[Any]) -> Any:
@@ -143,7 +194,15 @@ def register_row_op_fakes(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
         n = len(tensor_args(entry))
         return [*rest[:n], *([None] * (n - len(rest[:n])))]
 
+    check_in_place = in_place_checks(torch, accepted_dtypes)
     for entry in ROW_OPS:
+        if entry.saves == "none":  # written in place: the checks, and nothing returned
+
+            def in_place(positions, query, key, cache, head_size, is_neox, _e=entry):
+                check_in_place(f"{ns}::{_e.name}", positions, query, key, cache, head_size)
+
+            torch.library.register_fake(f"{ns}::{entry.name}", in_place, lib=lib)
+            continue
 
         def op(x: Any, *rest: Any, _e: RowOp = entry) -> Any:
             ts = tensors(_e, rest)
@@ -227,6 +286,14 @@ Along ``dim`` (any dim, wrapped as torch wraps one; the result contiguous).
 in one fixed order (bit-identical results for any thread count and SIMD
 level). Differentiable in ``x``, in reverse and forward mode."""
 
+_IN_PLACE_RULES = """
+
+Written in place, nothing returned; not differentiable (call it under
+torch.no_grad() or torch.inference_mode(), as vLLM does). Every position is
+checked to lie in the table before anything is written. The table may be
+query's dtype or its compute type (a float32 cache beside bfloat16
+activations); 16-bit values are computed in float32 and rounded once."""
+
 _TABLE_RULES = """
 
 r = {first}.size(-1) must be {width_rule}; {tables} have r columns and
@@ -239,12 +306,14 @@ tensor, in reverse and forward mode; x's gradient is the transposed map."""
 def _default(arg: Any) -> str:
     if arg.role == "param":
         return f"{arg.name}=None"
-    if arg.role == "table":
+    if arg.role in ("table", "x", "index", "size") or (arg.role == "flag" and arg.default is None):
         return arg.name
     return f"{arg.name}={arg.default!r}"
 
 
 def _rules(entry: RowOp) -> str:
+    if entry.saves == "none":
+        return _IN_PLACE_RULES
     if entry.has_dim:
         return _DIM_RULES
     if entry.tables:
@@ -267,7 +336,11 @@ def row_op_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
     for entry in ROW_OPS:
         params = ", ".join(_default(a) for a in entry.args)
         names = ", ".join(a.name for a in entry.args)
-        overloads = [(entry.name, "x", f"``{entry.schema}``: {entry.doc}." + _rules(entry))]
+        doc = f"``{entry.schema}``: {entry.doc}." + _rules(entry)
+        if entry.saves == "none":  # its x arguments are among its args
+            faces[entry.name] = _face(ops, prefix, entry.name, params, names, doc)
+            continue
+        overloads = [(entry.name, "x", doc)]
         if entry.fused_add:
             overloads.append(
                 (
@@ -288,21 +361,27 @@ def row_op_faces(ops: Any, prefix: str) -> dict[str, Callable[..., Any]]:
                 )
             )
         for name, lead, doc in overloads:
-            template = _CASTING_FACE if entry.casting else _FACE
-            source = template.format(name=name, params=f"{lead}, {params}", args=f"{lead}, {names}")
-            scope: dict[str, Any] = {}
-            # Bound on first call: the JIT build loads the library after import.
-            scope["overload"] = _bound_on_first_call(scope, "overload", ops, name, "default")
-            if entry.casting:
-                scope["casting"] = _bound_on_first_call(scope, "casting", ops, name, "casting")
-                modes = "; ".join(f'``"{m.name}"``: {m.doc}' for m in CASTING_MODES)
-                doc += _CASTING_RULES.format(modes=modes)
-            exec(compile(source, f"<tierkit op table: {name}>", "exec"), scope)
-            face = scope[name]
-            face.__doc__ = doc
-            face.__module__ = prefix + ".ops"
-            faces[name] = face
+            faces[name] = _face(
+                ops, prefix, name, f"{lead}, {params}", f"{lead}, {names}", doc, entry.casting
+            )
     return faces
+
+
+def _face(ops: Any, prefix: str, name: str, params: str, args: str, doc: str, casting: bool = False) -> Any:
+    """One typed face: ``name(<params>)`` calling the overload with ``<args>``."""
+    source = (_CASTING_FACE if casting else _FACE).format(name=name, params=params, args=args)
+    scope: dict[str, Any] = {}
+    # Bound on first call: the JIT build loads the library after import.
+    scope["overload"] = _bound_on_first_call(scope, "overload", ops, name, "default")
+    if casting:
+        scope["casting"] = _bound_on_first_call(scope, "casting", ops, name, "casting")
+        modes = "; ".join(f'``"{m.name}"``: {m.doc}' for m in CASTING_MODES)
+        doc += _CASTING_RULES.format(modes=modes)
+    exec(compile(source, f"<tierkit op table: {name}>", "exec"), scope)
+    face = scope[name]
+    face.__doc__ = doc
+    face.__module__ = prefix + ".ops"
+    return face
 
 
 # ---- vmap ---------------------------------------------------------------------
@@ -359,6 +438,8 @@ def register_row_op_vmap(torch: Any, ns: str, lib: Any = None) -> None:
         return op(x, *tables, *rest[n:]), 0
 
     for entry in ROW_OPS:
+        if entry.saves == "none":
+            continue  # written in place: vmap's own fallback (a loop over examples) serves
         p = len(tensor_args(entry))
         none = (None,) * p
 
@@ -497,6 +578,8 @@ def register_row_op_sharding(torch: Any, ns: str) -> None:
         return out
 
     for entry in ROW_OPS:
+        if entry.saves == "none":
+            continue  # written in place: no strategy (DTensor redistributes to replicate)
 
         def op_strategy(x, *rest, _e=entry):
             return strategies(_e, x, 1, rest, lambda p: [p])

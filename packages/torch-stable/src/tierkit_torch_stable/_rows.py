@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tierkit_core.op_table import ROW_REDUCTIONS, RowReduction
+from tierkit_core.op_table import ROW_IN_PLACE, ROW_REDUCTIONS, RowOp, RowReduction
 from tierkit_torch_common.row_ops import (
     check_dim,
     register_row_op_vmap,
@@ -221,9 +221,46 @@ def _kernels(entry: RowReduction) -> dict[str, Any]:
     return kernels
 
 
+def _in_place_kernels(entry: RowOp) -> dict[str, Any]:
+    """An in-place entry's Autograd kernel (refusing a derivative it cannot
+    give, as tierkit::'s C++ one; then below ADInplaceOrView, each written
+    tensor's version bumped) and its ADInplaceOrView kernel (the versions,
+    when dispatch skips Autograd)."""
+    op = getattr(_ops, entry.name).default
+    qualified = f"tierkit_stable::{entry.name}"
+    below_view = torch._C._AutoDispatchBelowADInplaceOrView
+
+    def written(args: tuple) -> list[torch.Tensor]:
+        return [a for a, arg in zip(args, entry.args) if arg.written and isinstance(a, torch.Tensor)]
+
+    def call(args: tuple) -> None:
+        with below_view():
+            op(*args)
+        for t in written(args):
+            if not t.is_inference():
+                torch.autograd.graph.increment_version(t)
+
+    def autograd_kernel(*args: Any) -> None:
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            raise RuntimeError(
+                f"{qualified}: writes query and key in place and is not differentiable (an argument requires "
+                "grad); call it under torch.no_grad() or torch.inference_mode(), as vLLM does"
+            )
+        call(args)
+
+    return {
+        f"{entry.name}:Autograd": autograd_kernel,
+        f"{entry.name}:ADInplaceOrView": lambda *args: call(args),
+    }
+
+
 def register(lib: torch.library.Library) -> None:
     for entry in ROW_REDUCTIONS:
         for key, kernel in _kernels(entry).items():
+            name, dispatch_key = key.split(":")
+            lib.impl(name, kernel, dispatch_key)
+    for entry in ROW_IN_PLACE:
+        for key, kernel in _in_place_kernels(entry).items():
             name, dispatch_key = key.split(":")
             lib.impl(name, kernel, dispatch_key)
     register_row_op_vmap(torch, "tierkit_stable")
