@@ -55,7 +55,7 @@ def with_params(op: Entry) -> bool:
 
 
 def along_a_dim(op: Entry) -> bool:
-    """A row op with a dim argument (softmax, log_softmax)."""
+    """A row op with a dim argument (it runs along any dim)."""
     return isinstance(op, RowOp) and op.has_dim
 
 

@@ -249,7 +249,7 @@ def check_torch_rows(data, name, dtype):
     tp = [None if p is None else torch.from_numpy(p.copy()).to(dtype) for p in params]
     got = getattr(torch.ops.tierkit, name)(tx, *tp, -1 if entry.has_dim else 1e-5)
     wide = tx.float() if dtype != torch.float64 else tx
-    if entry.has_dim:  # torch.softmax(x, -1), ...
+    if entry.has_dim:  # torch.<name>(x, -1)
         want = getattr(torch, name)(wide, -1)
     else:
         want = getattr(torch.nn.functional, name)(

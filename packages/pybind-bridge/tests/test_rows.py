@@ -168,7 +168,7 @@ def test_a_parameter_inside_out_is_read_as_it_was_at_the_call(entry):
 @ENTRIES
 def test_zero_rows_and_empty(entry):
     zeros = op(entry)(np.zeros((3, 4), np.float32))
-    # The norms: 0 / sqrt(eps) * 0; softmax: 1/4 each (log: log(1/4)).
+    # The norms: 0 / sqrt(eps) * 0; the entries along an axis by their formula (1/4 each for a normalising one).
     want = row_reference(entry, np.zeros((3, 4), np.float32), [None] * len(entry.params), 1e-6)
     np.testing.assert_allclose(zeros, want.astype(np.float32), rtol=1e-7, atol=0)
     assert op(entry)(np.zeros((0, 4), np.float32)).shape == (0, 4)
@@ -245,7 +245,7 @@ _ALONG = [e for e in ROW_REDUCTIONS if e.has_dim]
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
 @pytest.mark.parametrize("axis", [0, 1, -1, -3])
 def test_along_any_axis_as_scipy_gives_it(entry, dtype, axis):
-    """Any axis (scipy.special's softmax and log_softmax for an int axis):
+    """Any axis (scipy.special's function of the entry's name, for an int axis):
     within an ulp of the formula in extended precision, -inf elements 0
     (log: -inf), an all -inf row NaN; out= of any layout."""
     rng = np.random.default_rng(9)

@@ -168,7 +168,7 @@ def _rows_worker(rank):
         x = torch.randn(4, 6, 8, generator=gen)
         params = [float(p == "weight") + 0.5 * torch.randn(8, generator=gen) for p in entry.params]
         op = getattr(ops, entry.name)
-        if entry.has_dim:  # along dim 1: softmax(x, 1)
+        if entry.has_dim:  # along dim 1: torch.<name>(x, 1)
 
             def aten(t, _shape, *_, _n=entry.name):
                 return getattr(torch, _n)(t, 1)
@@ -181,7 +181,7 @@ def _rows_worker(rank):
             dps = [distribute_tensor(p, mesh, [Replicate()]).requires_grad_() for p in params]
             y = op(dx, *dps, last)
             want = aten(x, (8,), *params, 1e-6)
-            g = torch.randn(4, 6, 8, generator=gen)  # not all ones: a softmax's gradient of a sum is 0
+            g = torch.randn(4, 6, 8, generator=gen)  # not all ones: a normalised row's sum has no gradient
             grads = torch.autograd.grad(y, (dx, *dps), distribute_tensor(g, mesh, [Replicate()]))
             xr, prs = x.clone().requires_grad_(), [p.clone().requires_grad_() for p in params]
             exact = torch.autograd.grad(aten(xr, (8,), *prs, 1e-6), (xr, *prs), g)

@@ -110,7 +110,7 @@ def test_export_with_a_dynamic_batch(entry, gen):
 
 
 def test_aoti_runs_an_op_along_a_dim(gen, tmp_path):
-    """AOTInductor: softmax along dim 1 of a dynamic batch, packaged and run, as eager gives it."""
+    """AOTInductor: the first entry along a dim, along dim 1 of a dynamic batch, packaged and run, as eager gives it."""
     entry = next(e for e in ROW_REDUCTIONS if e.has_dim)
     m = Along(entry)
     batch = torch.export.Dim("batch", min=2)

@@ -119,7 +119,7 @@ ALONG = [pytest.param(e, id=e.name) for e in ROW_REDUCTIONS if e.has_dim]
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_along_any_dim_and_infinite_rows_match_the_cpu(entry, dtype, dim):
-    """softmax / log_softmax along any dim on CUDA: as the CPU kernel within
+    """An entry along any dim on CUDA: as the CPU kernel within
     the dtype's tolerance, the same NaNs and infinities on rows holding -inf
     (an all -inf row: NaN) and +inf, and the gradient along that dim."""
     g = torch.Generator().manual_seed(4)

@@ -137,7 +137,7 @@ def test_row_reduction_kernels_do_not_spill():
     # Forward: 2 row mappings, plain and (an entry with a fused form) add; backward: 2.
     per_dtype = sum((4 if e.fused_add else 2) + 2 for e in ROW_REDUCTIONS) + 1
     assert len(usage) == 4 * per_dtype, sorted(usage)
-    # The softmax kinds' double backward (an exp per element) runs two blocks an SM: 128 registers.
+    # An along-a-dim kind's double backward (an exp per element) runs two blocks an SM: 128 registers.
     wide = [f"{e.functor}RowsF" for e in ROW_REDUCTIONS if e.has_dim]
     for kernel, (registers, stack, local) in usage.items():
         assert local == 0 and stack == 0, f"{kernel}: {local} bytes of local memory, {stack} of stack"
