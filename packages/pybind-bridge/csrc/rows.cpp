@@ -758,8 +758,8 @@ struct BridgeMap {
 // gathered table, a size, a flag), as torch-cpu's row_in_place.cpp.
 template <typename Info>
 struct BridgeInPlace {
-  // x as token rows: `direct` when its dims after the index's are one dense
-  // row and its index dims one stride apart (the token stride); else the
+  // x as token rows where core's token_stride finds them (its dims after the index's one dense
+  // row, its index dims one stride apart); else the
   // kernel runs on a C-contiguous copy, copied back.
   struct Heads {
     tierkit::TensorView view;
@@ -768,20 +768,13 @@ struct BridgeInPlace {
   };
   static Heads heads_of(const tierkit::TensorView& x, int index_dims, std::int64_t tokens,
                         std::int64_t head_size) {
-    bool direct = x.strides()[x.rank() - 1] == 1;
-    std::int64_t expected = 1;
-    for (int k = x.rank() - 1; direct && k >= index_dims; --k) {
-      direct = x.shape()[k] == 1 || x.strides()[k] == expected;
-      expected *= x.shape()[k];
-    }
-    for (int k = index_dims - 2; direct && k >= 0; --k)
-      direct = x.shape()[k] == 1 || x.strides()[k] == x.strides()[k + 1] * x.shape()[k + 1];
-    direct = direct && (index_dims == 0 || tokens <= 1 || x.strides()[index_dims - 1] > 0);
+    const std::int64_t stride =
+        tierkit::kernels::token_stride(dims(x.shape()), dims(x.strides()), index_dims, tokens);
     Heads h;
     const std::int64_t per_token = tokens ? x.numel() / tokens : 0;
-    if (direct) {
+    if (stride >= 0) {
       h.view = x;
-      h.stride = index_dims > 0 && tokens > 1 ? x.strides()[index_dims - 1] : per_token;
+      h.stride = stride;
     } else {
       h.copy = contiguous_copy(x);
       h.view = h.copy->view();

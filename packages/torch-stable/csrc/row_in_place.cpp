@@ -25,23 +25,15 @@ using OptTensor = std::optional<Tensor>;
 
 bool present(const OptTensor& t) { return t.has_value() && t->defined(); }
 
-// The bytes a tensor's elements span.
-std::pair<const char*, const char*> span(const Tensor& t) {
-  const auto* p = static_cast<const char*>(t.data_ptr());
-  int64_t lo = 0, hi = 0;
-  const auto sz = sizes_of(t), st = strides_of(t);
-  for (std::size_t i = 0; i < sz.size(); ++i) (st[i] < 0 ? lo : hi) += (sz[i] - 1) * st[i];
-  return {p + lo * t.element_size(), p + (hi + 1) * t.element_size()};
-}
 bool spans_meet(const Tensor& a, const Tensor& b) {
   if (a.numel() == 0 || b.numel() == 0) return false;
-  const auto [a0, a1] = span(a);
-  const auto [b0, b1] = span(b);
+  const auto [a0, a1] = byte_span(a);
+  const auto [b0, b1] = byte_span(b);
   return a0 < b1 && b0 < a1;
 }
 
-// x as token rows (torch-cpu's heads_of): in place where its dims after the
-// index's are one dense row and its index dims one positive stride apart,
+// x as token rows where core's token_stride finds them (its dims after the
+// index's one dense row, its index dims one positive stride apart),
 // else a contiguous copy written back after.
 struct Heads {
   Tensor rows;
@@ -49,22 +41,12 @@ struct Heads {
   bool copied = false;
 };
 Heads heads_of(const Tensor& x, int64_t index_dims, int64_t tokens, int64_t head_size) {
-  const auto sz = sizes_of(x), st = strides_of(x);
-  const int64_t n = x.dim();
-  bool direct = st[n - 1] == 1;
-  int64_t expected = 1;
-  for (int64_t k = n - 1; direct && k >= index_dims; --k) {
-    direct = sz[k] == 1 || st[k] == expected;
-    expected *= sz[k];
-  }
-  for (int64_t k = index_dims - 2; direct && k >= 0; --k)
-    direct = sz[k] == 1 || st[k] == st[k + 1] * sz[k + 1];
-  direct = direct && (index_dims == 0 || tokens <= 1 || st[index_dims - 1] > 0);
+  const int64_t stride = tierkit::kernels::token_stride(sizes_of(x), strides_of(x), index_dims, tokens);
   Heads h;
-  h.copied = !direct;
-  h.rows = direct ? x : torch::stable::contiguous(x);
+  h.copied = stride < 0;
+  h.rows = h.copied ? torch::stable::contiguous(x) : x;
   const int64_t per_token = tokens ? x.numel() / tokens : 0;
-  h.stride = direct && index_dims > 0 && tokens > 1 ? st[index_dims - 1] : per_token;
+  h.stride = h.copied ? per_token : stride;
   h.heads = per_token / head_size;
   return h;
 }

@@ -207,15 +207,8 @@ void check_residual_overlap(const char* op, const Tensor& x, const Tensor& resid
       fail(op,
            "residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
   if (x.numel() == 0 || residual.numel() == 0) return;
-  const auto span = [](const Tensor& t) {
-    const auto* p = static_cast<const char*>(t.data_ptr());
-    int64_t extent = 1;
-    const auto sz = sizes_of(t), st = strides_of(t);
-    for (std::size_t i = 0; i < sz.size(); ++i) extent += (sz[i] - 1) * st[i];
-    return std::make_pair(p, p + extent * t.element_size());
-  };
-  const auto [x0, x1] = span(x);
-  const auto [r0, r1] = span(residual);
+  const auto [x0, x1] = byte_span(x);
+  const auto [r0, r1] = byte_span(residual);
   if (!(x0 < r1 && r0 < x1)) return;                                         // apart
   if (x0 == r0 && sizes == sizes_of(x) && strides == strides_of(x)) return;  // exactly x: in place
   // Deeper than core's views: the byte spans decide (a refusal at worst).

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tierkit/checks.h"
@@ -111,6 +112,17 @@ inline std::vector<std::int64_t> sizes_of(const Tensor& t) {
 inline std::vector<std::int64_t> strides_of(const Tensor& t) {
   const auto s = t.strides();
   return {s.begin(), s.end()};
+}
+
+// The bytes a tensor's elements span, [first, past the last) (a tensor of
+// no element spans nothing from its data pointer).
+inline std::pair<const char*, const char*> byte_span(const Tensor& t) {
+  const auto* p = static_cast<const char*>(t.data_ptr());
+  if (t.numel() == 0) return {p, p};
+  std::int64_t lo = 0, hi = 0;
+  const auto sz = sizes_of(t), st = strides_of(t);
+  for (std::size_t i = 0; i < sz.size(); ++i) (st[i] < 0 ? lo : hi) += (sz[i] - 1) * st[i];
+  return {p + lo * t.element_size(), p + (hi + 1) * t.element_size()};
 }
 
 inline void check_like(const char* op, const Tensor& t, const char* name, const Tensor& ref,

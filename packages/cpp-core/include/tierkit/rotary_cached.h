@@ -107,6 +107,26 @@ void rotary_embedding_cached(const std::int64_t* positions, std::int64_t tokens,
       });
 }
 
+// x (query or key) seen as token rows, from its sizes and strides (in
+// elements): its dims from `index_dims` on one dense row, its index dims one
+// positive stride apart. Returns that token stride (a row's elements when
+// there is one token), or -1 for any other layout (the caller then works on
+// a contiguous copy and writes it back). Every binding asks this.
+template <typename Sizes, typename Strides>
+std::int64_t token_stride(const Sizes& sizes, const Strides& strides, std::int64_t index_dims,
+                          std::int64_t tokens) {
+  const auto n = static_cast<std::int64_t>(sizes.size());
+  std::int64_t row = 1;
+  for (std::int64_t k = n - 1; k >= index_dims; --k) {
+    if (!(sizes[k] == 1 || strides[k] == row)) return -1;
+    row *= sizes[k];
+  }
+  for (std::int64_t k = index_dims - 2; k >= 0; --k)
+    if (!(sizes[k] == 1 || strides[k] == strides[k + 1] * sizes[k + 1])) return -1;
+  if (index_dims == 0 || tokens <= 1) return row;
+  return strides[index_dims - 1] > 0 ? strides[index_dims - 1] : -1;
+}
+
 // Whether two tensors of token rows share an element: a's row t holds the
 // elements [a0 + t sa, a0 + t sa + wa) (element offsets from one base), b's
 // alike; `tokens` rows each, strides positive. Exact: query and key sliced

@@ -37,21 +37,12 @@ struct Heads {
 // row of heads, its index dims one stride apart. Another layout is computed
 // in a contiguous copy and written back.
 inline Heads heads_of(const at::Tensor& x, int64_t index_dims, int64_t tokens, int64_t head_size) {
-  bool direct = x.stride(-1) == 1;
-  int64_t expected = 1;
-  for (int64_t k = x.dim() - 1; direct && k >= index_dims; --k) {
-    direct = x.size(k) == 1 || x.stride(k) == expected;
-    expected *= x.size(k);
-  }
-  for (int64_t k = index_dims - 2; direct && k >= 0; --k)
-    direct = x.size(k) == 1 || x.stride(k) == x.stride(k + 1) * x.size(k + 1);
-  direct = direct && (index_dims == 0 || tokens <= 1 || x.stride(index_dims - 1) > 0);
+  const int64_t stride = tierkit::kernels::token_stride(x.sizes(), x.strides(), index_dims, tokens);
   Heads h;
-  h.copied = !direct;
-  const at::Tensor base = direct ? x : x.contiguous();
-  const int64_t per_token = tokens ? base.numel() / tokens : 0;
-  h.rows = base;
-  h.stride = direct && index_dims > 0 && tokens > 1 ? base.stride(index_dims - 1) : per_token;
+  h.copied = stride < 0;
+  h.rows = h.copied ? x.contiguous() : x;
+  const int64_t per_token = tokens ? x.numel() / tokens : 0;
+  h.stride = h.copied ? per_token : stride;
   h.heads = per_token / head_size;
   return h;
 }
