@@ -120,7 +120,7 @@ def test_exit_status_says_whether_a_figure_was_above_its_limit(quick_run):
         assert "measurement error" in proc.stderr
 
 
-def test_the_limit_is_compiled_and_beyond_the_caches(quick_run):
+def test_the_limit_is_compiled_and_its_regime_named(quick_run):
     out, _ = quick_run
     results = json.loads((out / "results.json").read_text())
     from tierkit.bench import limit
