@@ -80,4 +80,24 @@ TEST(RowRules, StatsAreWhatTheForwardSaved) {
             "stats: expected 6 values of dtype float32 (from _f), got 5 of float64");
 }
 
+TEST(RowRules, AWrittenRoleOwnsEachElement) {
+  const auto alone = [](const Sizes& sizes, const Sizes& strides,
+                        const rules::Words& w = rules::kTorchWords) {
+    return refusal([&] { rules::written_alone("residual", sizes, strides, w); });
+  };
+  EXPECT_EQ(alone({4, 8}, {8, 1}), "");
+  EXPECT_EQ(alone({1, 8}, {0, 1}), "");  // a dim of one: its stride is never stepped
+  EXPECT_EQ(alone({0, 8}, {0, 1}), "");
+  EXPECT_EQ(
+      alone({4, 8}, {0, 1}),
+      "residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
+  EXPECT_EQ(alone({4, 8}, {8, 0}, rules::kNumpyWords),
+            "residual: has internal overlap (e.g. an expanded array), so several elements share one address");
+  EXPECT_EQ(refusal([] { rules::written_beside("residual", "x", false); }), "");
+  EXPECT_EQ(refusal([] { rules::written_beside("residual", "x", true); }), "residual: partially overlaps x");
+  EXPECT_EQ(refusal([] { rules::written_apart("key", "query", false); }), "");
+  EXPECT_EQ(refusal([] { rules::written_apart("key", "query", true); }),
+            "key: shares memory with query (its elements would be written twice)");
+}
+
 }  // namespace

@@ -858,6 +858,11 @@ struct BridgeInPlace {
                              rules::kNumpyWords);
       });
     }
+    row_rule(op, [&] {  // a writable view with a stride of 0 (np.lib.stride_tricks.as_strided)
+      rules::written_alone("query", dims(vq.shape()), dims(vq.strides()), rules::kNumpyWords);
+      if (ak)
+        rules::written_alone("key", dims(ak->view().shape()), dims(ak->view().strides()), rules::kNumpyWords);
+    });
     // The positions as int64 and the cache C-contiguous: copies, so what is
     // written cannot change what the tokens read.
     const Buffer positions = as_int64(vp);
@@ -874,8 +879,7 @@ struct BridgeInPlace {
               ? meet(vq, vk)
               : tierkit::kernels::token_rows_share(0, q.stride, q.heads * head_size, bytes / item, k.stride,
                                                    k.heads * head_size, tokens);
-      if (shared)
-        throw py::value_error(op + "key: shares memory with query (its elements would be rotated twice)");
+      row_rule(op, [&] { rules::written_apart("key", "query", shared); });
     }
     const unsigned threads = max_threads();
     row_rule(op, [&] {

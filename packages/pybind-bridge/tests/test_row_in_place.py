@@ -113,6 +113,16 @@ def test_errors_name_the_argument_and_write_nothing(entry):
     for args, error, pattern in cases:
         with pytest.raises(error, match=rf"^{n}: {pattern}"):
             f(*args)
+    for which in ("query", "key"):  # writable, with a stride of 0: several elements at one address
+        args = {"query": q.copy(), "key": k.copy()}
+        args[which] = np.lib.stride_tricks.as_strided(args[which], strides=(0, args[which].strides[1]))
+        before = {name: a.copy() for name, a in args.items()}
+        with pytest.raises(
+            ValueError, match=rf"^{n}: {which}: has internal overlap \(e.g. an expanded array\)"
+        ):
+            f(p, args["query"], args["key"], c, 32, True)
+        for name, a in args.items():
+            np.testing.assert_array_equal(a, before[name])
     with pytest.raises(ValueError, match=r"query: expected a writable"):
         ro = q.copy()
         ro.flags.writeable = False

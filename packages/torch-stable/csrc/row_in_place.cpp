@@ -100,6 +100,10 @@ struct StableInPlace {
                  bool is_neox) {
     const char* op = name();
     check(op, positions_in, query, key, cache_in, head_size);
+    core_check(op, [&] {  // before anything is computed: a copied layout's write-back would race or fail
+      rules::written_alone("query", sizes_of(query), strides_of(query), rules::kTorchWords);
+      if (present(key)) rules::written_alone("key", sizes_of(*key), strides_of(*key), rules::kTorchWords);
+    });
     // The index and the table as every token reads them: the values they had at the call.
     const auto as_called = [&](const Tensor& t) {
       const bool shared = spans_meet(t, query) || (present(key) && spans_meet(t, *key));
@@ -121,7 +125,7 @@ struct StableInPlace {
               ? spans_meet(query, *key)
               : tierkit::kernels::token_rows_share(0, q.stride, q.heads * head_size, bytes / item, k.stride,
                                                    k.heads * head_size, tokens);
-      if (shared) fail(op, "key: shares memory with query (its elements would be rotated twice)");
+      core_check(op, [&] { rules::written_apart("key", "query", shared); });
     }
     const auto cache_sizes = sizes_of(cache);
     core_check(op, [&] {

@@ -197,25 +197,28 @@ void dispatch(const char* op, const Tensor& x, const F& f) {
 // get_overlap_status are not in the stable API): a residual whose elements
 // share addresses (an expanded tensor: a stride of 0 over a size > 1) is
 // refused, and so is one that shares an element with x without being x
-// exactly. Core's rule decides (tierkit/checks.h, the one the pointwise
-// ops' out= follows), so interleaved views (x = base[:, ::2], residual =
-// base[:, 1::2]) are computed, as tierkit:: computes them.
-void check_residual_overlap(const char* op, const Tensor& x, const Tensor& residual) {
-  const auto sizes = sizes_of(residual), strides = strides_of(residual);
-  for (std::size_t i = 0; i < sizes.size(); ++i)
-    if (sizes[i] > 1 && strides[i] == 0)
-      fail(op,
-           "residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
-  if (x.numel() == 0 || residual.numel() == 0) return;
+// exactly (core's row_rules judge and word both). Core's views decide the
+// partial overlap (tierkit/checks.h, the pointwise ops' out= rule), so interleaved views (x = base[:, ::2],
+// residual = base[:, 1::2]) are computed, as tierkit:: computes them.
+bool partly_overlaps(const Tensor& residual, const Tensor& x) {
+  if (x.numel() == 0 || residual.numel() == 0) return false;
   const auto [x0, x1] = byte_span(x);
   const auto [r0, r1] = byte_span(residual);
-  if (!(x0 < r1 && r0 < x1)) return;                                         // apart
-  if (x0 == r0 && sizes == sizes_of(x) && strides == strides_of(x)) return;  // exactly x: in place
+  if (!(x0 < r1 && r0 < x1)) return false;  // apart
+  if (x0 == r0 && sizes_of(residual) == sizes_of(x) && strides_of(residual) == strides_of(x))
+    return false;  // exactly x: in place
   // Deeper than core's views: the byte spans decide (a refusal at worst).
-  const bool shared = x.dim() > tierkit::kMaxRank || residual.dim() > tierkit::kMaxRank ||
-                      (!tierkit::checks::same_layout(as_view(residual), as_view(x)) &&
-                       tierkit::checks::shares_other_element(as_view(residual), as_view(x)));
-  if (shared) fail(op, "residual: partially overlaps x");
+  return x.dim() > tierkit::kMaxRank || residual.dim() > tierkit::kMaxRank ||
+         (!tierkit::checks::same_layout(as_view(residual), as_view(x)) &&
+          tierkit::checks::shares_other_element(as_view(residual), as_view(x)));
+}
+
+void check_residual_overlap(const char* op, const Tensor& x, const Tensor& residual) {
+  namespace rules = tierkit::row_rules;
+  core_check(op, [&] {
+    rules::written_alone("residual", sizes_of(residual), strides_of(residual), rules::kTorchWords);
+  });
+  core_check(op, [&] { rules::written_beside("residual", "x", partly_overlaps(residual, x)); });
 }
 
 // One entry's kernels: Info its row_info, K its core row kind, P its parameters.

@@ -5,9 +5,11 @@
 // and print without asking for a concrete value, so a symbolic batch size
 // stays symbolic) and asks these; failures throw core's InvalidArgument,
 // which the bindings turn into their own errors prefixed with the op's name.
-// What is not shape (dtype: checks.h; device: the torch tiers) stays each
-// binding's. `Words` is how a binding names things: torch's tensors and
-// [2, 3], or numpy's arrays and (2, 3).
+// Overlap of the roles an op writes is judged and worded here too, from
+// what each binding's own overlap test found. What is not shape or overlap
+// (dtype: checks.h; device: the torch tiers) stays each binding's. `Words`
+// is how a binding names things: torch's tensors and [2, 3], or numpy's
+// arrays and (2, 3).
 #pragma once
 
 #include <array>
@@ -129,6 +131,30 @@ void gathered_table(const char* name, const Sizes& t, std::int64_t head_size, co
   if (t.size() == 2 && t[1] > 0 && t[1] % 2 == 0 && t[1] <= head_size) return;
   fail(name, ": expected shape [rows, r] with r even, at most head_size (", head_size, "), got ",
        shape_str(t, w.style));
+}
+
+// A role the op writes in place (the fused add's residual, the cached
+// rotary's query and key): each element needs an address of its own, or
+// one write lands on several elements and threads race on it. A dim of size
+// > 1 and stride 0 (an expanded tensor, a broadcast array) is the case
+// aten's has_internal_overlap finds; the bindings pass sizes and strides.
+template <typename Sizes, typename Strides>
+void written_alone(const char* name, const Sizes& sizes, const Strides& strides, const Words& w) {
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] > 1 && strides[i] == 0)
+      fail(name, ": has internal overlap (e.g. an expanded ", w.noun,
+           "), so several elements share one address");
+}
+// A written role and an input it may alias only exactly (residual and x:
+// each element is read before it is written). `partial`: the binding's
+// overlap test found shared memory that is not the same elements.
+inline void written_beside(const char* name, const char* other, bool partial) {
+  if (partial) fail(name, ": partially overlaps ", other);
+}
+// Two written roles that may share no element (key and query): one that
+// lies in both would be computed from a half-written value and written twice.
+inline void written_apart(const char* name, const char* other, bool shared) {
+  if (shared) fail(name, ": shares memory with ", other, " (its elements would be written twice)");
 }
 
 // The stats a backward receives: `want` values of dtype `want_dtype`, as

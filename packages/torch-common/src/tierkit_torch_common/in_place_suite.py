@@ -193,8 +193,26 @@ def test_errors_name_the_argument(ops, entry, device, gen):
         with pytest.raises(RuntimeError, match=rf"{ops.name}::{entry.name}: {pattern}"):
             run(ops, entry, *moved)
     p, q, _, c = make_case(torch.float32, gen)
-    with pytest.raises(RuntimeError, match=r"key: shares memory with query"):
+    with pytest.raises(RuntimeError, match=rf"{ops.name}::{entry.name}: key: shares memory with query"):
         run(ops, entry, p, q, q, c, 32, True)
+
+
+@ENTRIES
+@pytest.mark.parametrize("which", ["query", "key"])
+def test_an_expanded_written_argument_is_refused_before_any_write(ops, entry, which, gen):
+    # Several elements at one address: the write would race (or a copied
+    # layout's write-back fail half way). Refused by name, nothing written.
+    p, q, k, c = make_case(torch.float32, gen)
+    args = {"query": q, "key": k}
+    args[which] = args[which][:1].expand_as(args[which])
+    before = {n: t.clone() for n, t in args.items()}
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{ops.name}::{entry.name}: {which}: has internal overlap \(e.g. an expanded tensor\)",
+    ):
+        run(ops, entry, p, args["query"], args["key"], c, 32, True)
+    for n, t in args.items():
+        assert torch.equal(t, before[n]), n
 
 
 @ENTRIES

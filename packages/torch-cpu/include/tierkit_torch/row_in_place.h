@@ -114,10 +114,11 @@ inline Prepared prepare(const char* op, const at::Tensor& positions_in, const at
                         const OptTensor& key, const at::Tensor& cache_in, int64_t head_size,
                         c10::DeviceType device) {
   check(op, positions_in, query, key, cache_in, head_size, device);
-  for (const at::Tensor* x : {&query, present(key) ? &*key : nullptr})
-    if (x)
-      TORCH_CHECK(at::has_internal_overlap(*x) != at::MemOverlap::Yes, op,
-                  ": has internal overlap (e.g. an expanded tensor), so several elements share one address");
+  core_check(op, [&] {
+    namespace rules = tierkit::row_rules;
+    rules::written_alone("query", query.sizes(), query.strides(), rules::kTorchWords);
+    if (present(key)) rules::written_alone("key", key->sizes(), key->strides(), rules::kTorchWords);
+  });
   const auto as_called = [&](const at::Tensor& t) {
     bool shared = at::get_overlap_status(t, query) != at::MemOverlapStatus::No;
     if (present(key)) shared = shared || at::get_overlap_status(t, *key) != at::MemOverlapStatus::No;
@@ -129,8 +130,8 @@ inline Prepared prepare(const char* op, const at::Tensor& positions_in, const at
   p.tokens = p.positions.numel();
   p.query = heads_of(query, p.positions.dim(), p.tokens, head_size);
   if (present(key)) p.key = heads_of(*key, p.positions.dim(), p.tokens, head_size);
-  TORCH_CHECK(!present(key) || !key_shares_query(query, *key, p.query, p.key, p.tokens, head_size), op,
-              ": key: shares memory with query (its elements would be rotated twice)");
+  const bool shared = present(key) && key_shares_query(query, *key, p.query, p.key, p.tokens, head_size);
+  core_check(op, [&] { tierkit::row_rules::written_apart("key", "query", shared); });
   return p;
 }
 

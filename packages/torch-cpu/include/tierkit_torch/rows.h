@@ -80,11 +80,12 @@ inline void check_in_place_residual(const char* op, const at::Tensor& x, const a
   TORCH_CHECK(!residual.is_inference() || c10::InferenceMode::is_enabled(), op,
               ": residual: Inplace update to inference tensor outside InferenceMode is not allowed (an "
               "inference tensor); make a normal copy with residual.clone() outside InferenceMode first");
-  TORCH_CHECK(
-      at::has_internal_overlap(residual) != at::MemOverlap::Yes, op,
-      ": residual: has internal overlap (e.g. an expanded tensor), so several elements share one address");
-  TORCH_CHECK(at::get_overlap_status(residual, x) != at::MemOverlapStatus::Partial, op,
-              ": residual: partially overlaps x");
+  core_check(op, [&] {
+    tierkit::row_rules::written_alone("residual", residual.sizes(), residual.strides(),
+                                      tierkit::row_rules::kTorchWords);
+    tierkit::row_rules::written_beside("residual", "x",
+                                       at::get_overlap_status(residual, x) == at::MemOverlapStatus::Partial);
+  });
 }
 
 // A parameter as every row reads it: the values it had at the call. One
