@@ -42,6 +42,11 @@ TEST(RowRules, ADimLiesWithinTheRank) {
             "dim: expected a dim in [-3, 3) for x of 3 dimensions, got 3");
   EXPECT_EQ(refusal([] { rules::dim("axis", -2, 1, rules::kNumpyWords); }),
             "axis: expected a dim in [-1, 1) for x of 1 dimension, got -2");
+  // A 0-d x's dim wraps as a 1-d one's (torch.softmax(scalar, -1) and (scalar, 0)).
+  EXPECT_EQ(refusal([&] { wrapped = rules::dim("dim", -1, 0, rules::kTorchWords); }), "");
+  EXPECT_EQ(wrapped, 0);
+  EXPECT_EQ(refusal([] { rules::dim("dim", 1, 0, rules::kTorchWords); }),
+            "dim: expected a dim in [-1, 1) for x of 0 dimensions, got 1");
 }
 
 TEST(RowRules, AParameterIsOneColumnLong) {

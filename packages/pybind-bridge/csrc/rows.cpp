@@ -168,6 +168,14 @@ tierkit::TensorView axis_last(const tierkit::TensorView& v, int axis) {
   return tierkit::TensorView(v.base(), capacity, v.dtype(), shape, strides, v.offset());
 }
 
+// A 0-d view as one row of one element (the dim role's 0-d x, as numpy's
+// reductions take axis -1 or 0 of a 0-d array); any other view as it is.
+tierkit::TensorView one_row(const tierkit::TensorView& v) {
+  if (v.rank() > 0) return v;
+  return tierkit::TensorView(v.base(), v.offset() + 1, v.dtype(), tierkit::Shape{1}, tierkit::Shape{1},
+                             v.offset());
+}
+
 // A shape as Python prints a tuple: (3,), (2, 3), ().
 std::string py_shape(const tierkit::Shape& s) { return tierkit::shape_str(dims(s)); }
 
@@ -455,14 +463,11 @@ struct BridgeRows {
     int axis = vx.rank() - 1;
     if constexpr (Info::has_dim) {
       const std::int64_t a = axis_of(op, eps_in);
-      row_rule(op, [&] {
-        rules::x_rank(vx.rank(), "one is the axis it runs along", rules::kNumpyWords);
-        axis = static_cast<int>(rules::dim("axis", a, vx.rank(), rules::kNumpyWords));
-      });
+      row_rule(op, [&] { axis = static_cast<int>(rules::dim("axis", a, vx.rank(), rules::kNumpyWords)); });
     } else {
       row_rule(op, [&] { rules::x_rank(vx.rank(), "the last is normalised", rules::kNumpyWords); });
     }
-    const std::int64_t d = vx.shape()[vx.rank() - 1];
+    const std::int64_t d = vx.rank() ? vx.shape()[vx.rank() - 1] : 1;
     const double eps = Info::has_dim ? 0.0 : eps_of<Info>(op, eps_in, vx.dtype());
 
     // The parameters as the kernel reads them: C-contiguous (a copy only when not).
@@ -518,8 +523,8 @@ struct BridgeRows {
 
     // x as the kernel reads it: C-contiguous (a copy only when it is not).
     std::optional<Buffer> x_copy;
-    tierkit::TensorView xc = vx;
-    const bool moved = axis != vx.rank() - 1;
+    tierkit::TensorView xc = one_row(vx);
+    const bool moved = vx.rank() > 0 && axis != vx.rank() - 1;
     if (moved || !vx.is_contiguous()) {
       x_copy = contiguous_copy(moved ? axis_last(vx, axis) : vx);
       xc = x_copy->view();
@@ -543,7 +548,7 @@ struct BridgeRows {
     };
     // Along a moved axis: the rows computed apart, then each element put back in its place in y.
     const auto forward = [&](const tierkit::TensorView& y) {
-      if (!moved) return forward_rows(y);
+      if (!moved) return forward_rows(one_row(y));
       Buffer rows = Buffer::empty(xc.shape(), y.dtype(), false);
       forward_rows(rows.view());
       copy_elements(rows.view(), axis_last(y, axis));
@@ -553,7 +558,7 @@ struct BridgeRows {
     for (const tierkit::TensorView* v : params)
       if (v) read.push_back(*v);
     if (after) read.push_back(*after);
-    return into_result(op, x, vx, moved ? vx : xc, read, out, result_dtype,
+    return into_result(op, x, vx, moved || vx.rank() == 0 ? vx : xc, read, out, result_dtype,
                        after ? " (the result's: result_type(weight, x))" : " (x's)", forward);
   }
 

@@ -180,7 +180,8 @@ def error_cases(entry):
     x = np.ones((2, 3), np.float32)
     n = entry.name
     yield lambda: f(np.ones((2, 3), np.int32)), TypeError, rf"^{n}: x: expected dtype .*, got int32"
-    yield lambda: f(np.float32(1.0)), ValueError, rf"^{n}: x: expected an array with at least one"
+    if not entry.has_dim:  # along an axis, a 0-d array is numpy's (test_a_0d_array_along_its_axis)
+        yield lambda: f(np.float32(1.0)), ValueError, rf"^{n}: x: expected an array with at least one"
     yield lambda: f(x, out=np.empty((3, 2), np.float32)), ValueError, rf"^{n}: out: expected shape \(2, 3\)"
     if entry.has_dim:
         yield lambda: f(x, axis="1"), TypeError, rf"^{n}: axis: expected an int, got str"
@@ -195,6 +196,11 @@ def error_cases(entry):
             lambda: f(x, -3),
             ValueError,
             rf"^{n}: axis: expected a dim in \[-2, 2\) for x of 2 dimensions, got -3",
+        )
+        yield (
+            lambda: f(np.float32(1.0), 1),
+            ValueError,
+            rf"^{n}: axis: expected a dim in \[-1, 1\) for x of 0 dimensions, got 1",
         )
     else:
         yield lambda: f(x, eps="1"), TypeError, rf"^{n}: eps: expected a real number, got str"
@@ -262,6 +268,28 @@ def test_along_any_axis_as_scipy_gives_it(entry, dtype, axis):
     special = op(entry)(inf, -1)
     assert np.isnan(special[1]).all() and not np.isnan(special[0]).any()
     assert (special[0, 1] == -np.inf) if entry.name.startswith("log") else (special[0, 1] == 0)
+
+
+@pytest.mark.parametrize("entry", _ALONG, ids=[e.name for e in _ALONG])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_a_0d_array_along_its_axis(entry, dtype):
+    """numpy's reductions take axis -1 or 0 of a 0-d array (so scipy.special's
+    functions do): one row of one element, the result 0-d of x's dtype (a
+    numpy scalar, as scipy's and a ufunc's), out= a 0-d array, a torch scalar
+    the same."""
+    for value in (2.5, -np.inf, np.nan):
+        x = np.asarray(value, dtype)
+        want = row_reference(entry, x.reshape(1), [], 0.0).reshape(())
+        for axis in (-1, 0):
+            got = op(entry)(x, axis)
+            assert np.shape(got) == () and got.dtype == dtype
+            np.testing.assert_array_equal(got, want.astype(dtype))
+        out = np.empty((), dtype)
+        assert op(entry)(x, out=out) is out
+        np.testing.assert_array_equal(out, want.astype(dtype))
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(2.5)
+    torch.testing.assert_close(op(entry)(t), getattr(torch, entry.name)(t, -1))
 
 
 # ---- every producer the pointwise ops take ---------------------------------------

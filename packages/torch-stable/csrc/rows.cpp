@@ -68,15 +68,14 @@ void check_param(const char* op, const Tensor& x, const OptTensor& param, const 
 
 // The dim role (Info::has_dim): the op runs along `dim`, as the last-dim op
 // `f` on x with `dim` permuted last, the result permuted back and made
-// contiguous (torch-cpu's along_dim; the stable API has permute, not movedim).
+// contiguous (torch-cpu's along_dim; the stable API has permute, not movedim);
+// a 0-d x as one row of one element.
 template <typename F>
 Tensor along_dim(const char* op, const Tensor& x, int64_t dim, const F& f) {
   check_defined(op, x, "x");
   int64_t d = 0;
-  core_check(op, [&] {
-    tierkit::row_rules::x_rank(x.dim(), "one is the dim it runs along", tierkit::row_rules::kTorchWords);
-    d = tierkit::row_rules::dim("dim", dim, x.dim(), tierkit::row_rules::kTorchWords);
-  });
+  core_check(op, [&] { d = tierkit::row_rules::dim("dim", dim, x.dim(), tierkit::row_rules::kTorchWords); });
+  if (x.dim() == 0) return torch::stable::squeeze(f(torch::stable::unsqueeze(x, 0)), 0);
   const int64_t n = x.dim();
   if (d == n - 1) return f(x);
   std::vector<int64_t> to_last, back(static_cast<std::size_t>(n));

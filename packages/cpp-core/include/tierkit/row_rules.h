@@ -53,13 +53,15 @@ inline void x_rank(std::int64_t rank, const char* why, const Words& w) {
 }
 
 // The dim an op runs along (the `dim` role): in [-rank, rank), as torch
-// wraps a dim; returns it in [0, rank). `name`: the argument's ("dim", or
+// wraps a dim, a 0-d x's as a 1-d one's (-1 or 0: aten's ops along a dim
+// take a scalar so); returns it in [0, max(rank, 1)). `name`: the argument's ("dim", or
 // numpy's "axis").
 inline std::int64_t dim(const char* name, std::int64_t dim, std::int64_t rank, const Words& w) {
   (void)w;  // every rule takes the caller's words; a dim reads the same in both
-  if (dim >= -rank && dim < rank) return dim < 0 ? dim + rank : dim;
-  fail(name, ": expected a dim in [", -rank, ", ", rank, ") for x of ", rank, " dimension",
-       rank == 1 ? "" : "s", ", got ", dim);
+  const std::int64_t n = rank > 0 ? rank : 1;
+  if (dim >= -n && dim < n) return dim < 0 ? dim + n : dim;
+  fail(name, ": expected a dim in [", -n, ", ", n, ") for x of ", rank, " dimension", rank == 1 ? "" : "s",
+       ", got ", dim);
 }
 
 // A per-column parameter (weight, bias): shape [x.size(-1)].

@@ -67,11 +67,13 @@ def x_rank(rank: int, why: str | None, words: Words) -> Rule:
 
 
 def dim(name: str, value: int, rank: int, words: Words) -> Rule:
-    """The dim an op runs along: in [-rank, rank), as torch wraps a dim."""
+    """The dim an op runs along: in [-rank, rank), as torch wraps a dim, a
+    0-d x's as a 1-d one's (-1 or 0: aten's ops along a dim take a scalar so)."""
     s = "" if rank == 1 else "s"
+    n = max(rank, 1)
     yield (
-        -rank <= value < rank,
-        lambda: f"{name}: expected a dim in [{-rank}, {rank}) for x of {rank} dimension{s}, got {value}",
+        -n <= value < n,
+        lambda: f"{name}: expected a dim in [{-n}, {n}) for x of {rank} dimension{s}, got {value}",
     )
 
 

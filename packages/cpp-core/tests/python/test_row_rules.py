@@ -62,3 +62,9 @@ def test_a_dim_lies_within_the_rank():
     assert refusal(rules.dim("axis", -2, 1, rules.TORCH)) == (
         "axis: expected a dim in [-1, 1) for x of 1 dimension, got -2"
     )
+    # A 0-d x's dim wraps as a 1-d one's (torch.softmax(scalar, -1) and (scalar, 0)).
+    assert refusal(rules.dim("dim", -1, 0, rules.TORCH)) == refusal(rules.dim("dim", 0, 0, rules.TORCH)) == ""
+    assert (
+        refusal(rules.dim("dim", 1, 0, rules.TORCH))
+        == "dim: expected a dim in [-1, 1) for x of 0 dimensions, got 1"
+    )

@@ -118,10 +118,10 @@ def _result_dtype(torch: Any, entry: RowOp, x: Any, tensors: Sequence[Any]) -> A
 
 def check_dim(torch: Any, op: str, x: Any, dim: int) -> int:
     """The dim role's rule (core's words, as the kernels' along_dim): x has
-    the dim; returns it wrapped into [0, x.dim())."""
-    ask(torch, op, rules.x_rank(x.dim(), "one is the dim it runs along", rules.TORCH))
+    the dim (a 0-d x: -1 or 0, as aten's ops along a dim take it); returns it
+    wrapped into [0, max(x.dim(), 1))."""
     ask(torch, op, rules.dim("dim", dim, x.dim(), rules.TORCH))
-    return dim % x.dim()
+    return dim % max(x.dim(), 1)
 
 
 def row_op_checks(
@@ -206,9 +206,11 @@ def register_row_op_fakes(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
 
         def op(x: Any, *rest: Any, _e: RowOp = entry) -> Any:
             ts = tensors(_e, rest)
+            rows = x
             if _e.has_dim:  # the last-dim op on x moved: the same shape and dtype
                 check_dim(torch, f"{ns}::{_e.name}", x, rest[-1] if rest else -1)
-            check(f"{ns}::{_e.name}", _e, x, ts)
+                rows = x.reshape(1) if x.dim() == 0 else x  # a 0-d x: one row of one element
+            check(f"{ns}::{_e.name}", _e, rows, ts)
             return fresh(x, _result_dtype(torch, _e, x, ts))
 
         def add(x: Any, residual: Any, *rest: Any, _e: RowOp = entry) -> Any:
@@ -281,7 +283,8 @@ its input's). Differentiable in {differentiable}, in reverse and forward mode.""
 
 _DIM_RULES = """
 
-Along ``dim`` (any dim, wrapped as torch wraps one; the result contiguous).
+Along ``dim`` (any dim, wrapped as torch wraps one; a 0-d x is one row of
+one element; the result contiguous).
 16-bit inputs are computed in float32 and rounded once; each row is reduced
 in one fixed order (bit-identical results for any thread count and SIMD
 level). Differentiable in ``x``, in reverse and forward mode."""
@@ -448,9 +451,12 @@ def register_row_op_vmap(torch: Any, ns: str, lib: Any = None) -> None:
                 return with_tables(info, in_dims, getattr(ops, _e.name).default, _p, x, rest)
             params, eps = _split(rest, _p, scalar_default(_e))
             if _e.has_dim:  # the example's dim, checked as a call without vmap would be, past the batch dim
-                check_dim(
-                    torch, f"{ns}::{_e.name}", x if in_dims[0] is None else x.select(in_dims[0], 0), eps
-                )
+                example = x if in_dims[0] is None else x.select(in_dims[0], 0)
+                check_dim(torch, f"{ns}::{_e.name}", example, eps)
+                if example.dim() == 0:  # 0-d examples: the batch is rows of one element
+                    return getattr(ops, _e.name).default(
+                        front(info, x, in_dims[0]).unsqueeze(-1), -1
+                    ).squeeze(-1), 0
                 eps = eps if eps < 0 else eps + 1
             pd = dims_of(in_dims, 1, _p)
             x = front(info, x, in_dims[0])
@@ -572,7 +578,7 @@ def register_row_op_sharding(torch: Any, ns: str) -> None:
         out = [(outputs(Replicate()), [*([Replicate()] * rows), *placed(entry, x, rest, None)])]
         along = len(x.shape) - 1
         if entry.has_dim and rest:
-            along = rest[-1] % len(x.shape)
+            along = rest[-1] % max(len(x.shape), 1)  # a 0-d x: no dim to shard
         for k in (k for k in range(len(x.shape)) if k != along):
             out.append((outputs(Shard(k)), [*([Shard(k)] * rows), *placed(entry, x, rest, k)]))
         return out

@@ -34,6 +34,7 @@ __all__ = [
     "last",
     "make",
     "make_params",
+    "test_a_0d_x_as_aten",
     "test_along_any_dim_as_aten",
     "test_at_least_as_accurate_as_aten",
     "test_bit_identical_for_one_and_two_threads",
@@ -300,17 +301,56 @@ def test_infinite_and_nan_rows_as_aten(ops, entry, dtype):
         torch.testing.assert_close(ours, theirs, equal_nan=True)
 
 
+@ALONG
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_0d_x_as_aten(ops, entry, dtype):
+    """aten takes a scalar along dim -1 or 0 (one row of one element): the
+    value, its gradient, vmap over such examples and a fake's shape as aten's;
+    any other dim refused in core's words."""
+    f = op(ops, entry)
+    for value in (2.5, float("-inf"), float("nan")):
+        x = torch.tensor(value, dtype=dtype, requires_grad=True)
+        for dim in (-1, 0):
+            ours, theirs = f(x, dim), getattr(torch, entry.name)(x, dim)
+            assert ours.shape == () and ours.dtype == dtype
+            torch.testing.assert_close(ours, theirs, equal_nan=True)
+            if value == 2.5:
+                mine, want = (
+                    torch.autograd.grad(y, x, torch.tensor(0.75, dtype=dtype))[0] for y in (ours, theirs)
+                )
+                torch.testing.assert_close(mine, want)
+    x = torch.tensor([1.0, -2.0, float("-inf")], dtype=dtype)
+    torch.testing.assert_close(
+        torch.vmap(lambda a: f(a, -1))(x),
+        getattr(torch, entry.name)(x.unsqueeze(-1), -1).squeeze(-1),
+        equal_nan=True,
+    )
+    assert f(torch.empty((), dtype=dtype, device="meta"), 0).shape == ()
+    for device in ("cpu", "meta"):
+        with pytest.raises(
+            RuntimeError,
+            match=rf"{entry.name}: dim: expected a dim in \[-1, 1\) for x of 0 dimensions, got 1",
+        ):
+            f(torch.tensor(1.0, dtype=dtype, device=device), 1)
+
+
 # ---- errors: the real and the fake kernel say the same ---------------------------
 
 
 def error_cases(entry: RowReduction) -> list[tuple[Any, str]]:
     p = len(entry.params)
     # Each case: (x, the arguments after it) on a device, and what the error says.
-    cases: list[tuple[Any, str]] = [
-        (
-            lambda d: (torch.tensor(1.0, device=d), [None] * p),
-            r"x: expected a tensor with at least one dimension",
-        ),
+    cases: list[tuple[Any, str]] = (
+        []
+        if entry.has_dim
+        else [  # along a dim: a 0-d x is aten's too
+            (
+                lambda d: (torch.tensor(1.0, device=d), [None] * p),
+                r"x: expected a tensor with at least one dimension",
+            ),
+        ]
+    )
+    cases += [
         (
             lambda d: (torch.ones(3, 4, dtype=torch.int32, device=d), [None] * p),
             r"x: expected dtype .*, got int32",

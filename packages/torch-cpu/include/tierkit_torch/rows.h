@@ -38,15 +38,15 @@ inline void check_x(const char* op, const at::Tensor& x, c10::DeviceType device)
 // The dim role (row_info::<name>::has_dim): the op runs along `dim`, as the
 // last-dim op `f` on x.movedim(dim, -1), the result moved back and made
 // contiguous (as aten's ops along a dim return one for a contiguous
-// x). The dim is wrapped by core's rule and words; no size is read.
+// x); a 0-d x as one row of one element (aten's ops along a dim take a
+// scalar).
+// The dim is wrapped by core's rule and words; no size is read.
 template <typename F>
 at::Tensor along_dim(const char* op, const at::Tensor& x, int64_t dim, const F& f) {
   check_defined(op, x, "x");
   int64_t d = 0;
-  core_check(op, [&] {
-    tierkit::row_rules::x_rank(x.dim(), "one is the dim it runs along", tierkit::row_rules::kTorchWords);
-    d = tierkit::row_rules::dim("dim", dim, x.dim(), tierkit::row_rules::kTorchWords);
-  });
+  core_check(op, [&] { d = tierkit::row_rules::dim("dim", dim, x.dim(), tierkit::row_rules::kTorchWords); });
+  if (x.dim() == 0) return f(x.unsqueeze(0)).squeeze(0);
   if (d == x.dim() - 1) return f(x);
   return f(x.movedim(d, -1)).movedim(-1, d).contiguous();
 }

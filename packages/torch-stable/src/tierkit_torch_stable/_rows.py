@@ -157,6 +157,8 @@ def _kernels(entry: RowReduction) -> dict[str, Any]:
         check, _ = _checks()
         if entry.has_dim:  # along the last dim of x moved; movedim carries the derivatives
             d = check_dim(torch, ns + entry.name, x, eps)
+            if x.dim() == 0:  # one row of one element
+                return fn.apply(x.unsqueeze(0), *params, None).squeeze(0)
             rows = x.movedim(d, -1)
             check(ns + entry.name, entry, rows, params)
             y = fn.apply(rows, *params, None)
