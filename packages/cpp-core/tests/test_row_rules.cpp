@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,30 @@ TEST(RowRules, AWrittenRoleOwnsEachElement) {
   EXPECT_EQ(refusal([] { rules::written_apart("key", "query", false); }), "");
   EXPECT_EQ(refusal([] { rules::written_apart("key", "query", true); }),
             "key: shares memory with query (its elements would be written twice)");
+}
+
+TEST(RowRules, MixedDtypesComputeAsAtensNorms) {
+  using tierkit::DType;
+  const auto m = [](DType x, std::optional<DType> w, std::optional<DType> b = std::nullopt) {
+    return rules::mixed_dtypes(x, std::array<std::optional<DType>, 2>{w, b});
+  };
+  const auto same = m(DType::BFloat16, DType::BFloat16);
+  EXPECT_FALSE(same.active);
+  EXPECT_FALSE(m(DType::Float32, std::nullopt).active);      // absent parameters mix nothing
+  const auto autocast = m(DType::BFloat16, DType::Float32);  // float32 weights beside bfloat16 x
+  EXPECT_TRUE(autocast.active);
+  EXPECT_EQ(autocast.compute, DType::Float32);
+  EXPECT_FALSE(autocast.converts_x);
+  const auto halves = m(DType::Float16, DType::BFloat16);  // x's compute type, not a promotion
+  EXPECT_EQ(halves.compute, DType::Float32);
+  EXPECT_FALSE(halves.converts_x);
+  const auto wide = m(DType::Float32, std::nullopt, DType::Float64);  // a float64 parameter widens x
+  EXPECT_EQ(wide.compute, DType::Float64);
+  EXPECT_TRUE(wide.converts_x);
+  const auto narrow = m(DType::Float64, DType::Float16);  // float64 x: its own compute type
+  EXPECT_TRUE(narrow.active);
+  EXPECT_EQ(narrow.compute, DType::Float64);
+  EXPECT_FALSE(narrow.converts_x);
 }
 
 }  // namespace

@@ -405,14 +405,13 @@ void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::Tens
 template <typename K, std::size_t P>
 void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
                 double eps, const tierkit::TensorView& y) {
-  bool mixed = false, wide = x.dtype() == tierkit::DType::Float64;
-  for (const tierkit::TensorView* p : params) {
-    if (!p) continue;
-    mixed = mixed || p->dtype() != x.dtype();
-    wide = wide || p->dtype() == tierkit::DType::Float64;
-  }
-  if (!mixed) return run_rows<K, P>(x, params, eps, y, false, false);
-  const tierkit::DType c = wide ? tierkit::DType::Float64 : tierkit::DType::Float32;
+  std::array<std::optional<tierkit::DType>, P> dtypes;
+  for (std::size_t i = 0; i < P; ++i)
+    if (params[i]) dtypes[i] = params[i]->dtype();
+  const tierkit::row_rules::MixedDtypes mixed =
+      tierkit::row_rules::mixed_dtypes(x.dtype(), dtypes);  // core's rule
+  if (!mixed.active) return run_rows<K, P>(x, params, eps, y, false, false);
+  const tierkit::DType c = mixed.compute;
   std::array<std::optional<Buffer>, P> held;
   std::array<tierkit::TensorView, P> views;
   std::array<const tierkit::TensorView*, P> converted_params{};
@@ -426,8 +425,7 @@ void run_kernel(const tierkit::TensorView& x, const std::array<const tierkit::Te
     views[i] = held[i]->view();
     converted_params[i] = &views[i];
   }
-  if (c == x.dtype() || c == tierkit::DType::Float32)
-    return run_rows<K, P>(x, converted_params, eps, y, true, false);
+  if (!mixed.converts_x) return run_rows<K, P>(x, converted_params, eps, y, true, false);
   const Buffer xc = converted(x, c);
   Buffer yc = Buffer::empty(x.shape(), c, false);
   run_rows<K, P>(xc.view(), converted_params, eps, yc.view(), false, false);

@@ -149,19 +149,21 @@ tierkit::kernels::RowParams<T> row_params(const std::array<OptTensor, P>& ps) {
 struct MixedRows {
   bool active = false;
   ScalarType x_dtype, compute;
+  bool converts_x_ = false;
 
+  // The rule is core's (row_rules::mixed_dtypes); the conversions are the stable API's.
   template <std::size_t P>
   MixedRows(const Tensor& x, const std::array<OptTensor, P>& params)
       : x_dtype(x.scalar_type()), compute(ScalarType::Float) {
-    bool wide = x_dtype == ScalarType::Double;
-    for (const OptTensor& p : params) {
-      if (!has(p)) continue;
-      active = active || p->scalar_type() != x_dtype;
-      wide = wide || p->scalar_type() == ScalarType::Double;
-    }
-    if (wide) compute = ScalarType::Double;
+    std::array<std::optional<tierkit::DType>, P> dtypes;
+    for (std::size_t i = 0; i < P; ++i)
+      if (has(params[i])) dtypes[i] = dtype_of(*params[i]);
+    const tierkit::row_rules::MixedDtypes m = tierkit::row_rules::mixed_dtypes(dtype_of(x), dtypes);
+    active = m.active;
+    if (m.compute == tierkit::DType::Float64) compute = ScalarType::Double;
+    converts_x_ = m.converts_x;
   }
-  bool converts_x() const { return active && compute == ScalarType::Double && x_dtype != ScalarType::Double; }
+  bool converts_x() const { return converts_x_; }
   Tensor in(const Tensor& t) const { return t.scalar_type() == compute ? t : torch::stable::to(t, compute); }
   template <std::size_t P>
   std::array<OptTensor, P> in(const std::array<OptTensor, P>& ps) const {

@@ -6,8 +6,9 @@
 // stays symbolic) and asks these; failures throw core's InvalidArgument,
 // which the bindings turn into their own errors prefixed with the op's name.
 // Overlap of the roles an op writes is judged and worded here too, from
-// what each binding's own overlap test found. What is not shape or overlap
-// (dtype: checks.h; device: the torch tiers) stays each binding's. `Words`
+// what each binding's own overlap test found, and the dtype a call of mixed
+// dtypes computes in. What is not shape, overlap or that (which dtypes are
+// accepted: checks.h; device: the torch tiers) stays each binding's. `Words`
 // is how a binding names things: torch's tensors and [2, 3], or numpy's
 // arrays and (2, 3).
 #pragma once
@@ -15,6 +16,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -157,6 +159,33 @@ inline void written_beside(const char* name, const char* other, bool partial) {
 // lies in both would be computed from a half-written value and written twice.
 inline void written_apart(const char* name, const char* other, bool shared) {
   if (shared) fail(name, ": shares memory with ", other, " (its elements would be written twice)");
+}
+
+// The mixed-dtype rule (aten's norms'): parameters of another float dtype
+// than x's are computed in x's compute type (float32 for 16-bit x), or in
+// float64 where x or a parameter is float64; the result is rounded to x's
+// dtype, each gradient to its input's. Core's rows take the parameters in
+// that type beside x as it is (RowParams), so a call converts its
+// parameters (d elements each) and only a float64 parameter beside a
+// narrower x converts x as well. `params`: each parameter's dtype, nullopt
+// where it is absent.
+struct MixedDtypes {
+  bool active = false;             // some parameter's dtype is not x's
+  DType compute = DType::Float32;  // what the call computes in (float32 or float64)
+  bool converts_x = false;         // x itself goes to `compute` (and the result back)
+};
+template <std::size_t P>
+MixedDtypes mixed_dtypes(DType x, const std::array<std::optional<DType>, P>& params) {
+  MixedDtypes m;
+  bool wide = x == DType::Float64;
+  for (const std::optional<DType>& p : params) {
+    if (!p) continue;
+    m.active = m.active || *p != x;
+    wide = wide || *p == DType::Float64;
+  }
+  m.compute = wide ? DType::Float64 : DType::Float32;
+  m.converts_x = m.active && wide && x != DType::Float64;
+  return m;
 }
 
 // The stats a backward receives: `want` values of dtype `want_dtype`, as

@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "TORCH",
     "Words",
+    "compute_dtype",
     "dim",
     "gathered_table",
     "indexed_heads",
@@ -168,3 +169,10 @@ def stats(got: int, got_dtype: str, want: int, want_dtype: str, source: str) -> 
             f"stats: expected {want} values of dtype {want_dtype} (from {source}), got {got} of {got_dtype}"
         ),
     )
+
+
+def compute_dtype(x: str, params: Sequence[str | None] = ()) -> str:
+    """The dtype a row call computes in (core's ``mixed_dtypes``): float32,
+    or float64 where x or a parameter is; dtypes by name, None for an
+    absent parameter."""
+    return "float64" if "float64" in (x, *params) else "float32"

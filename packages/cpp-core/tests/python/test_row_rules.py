@@ -68,3 +68,12 @@ def test_a_dim_lies_within_the_rank():
         refusal(rules.dim("dim", 1, 0, rules.TORCH))
         == "dim: expected a dim in [-1, 1) for x of 0 dimensions, got 1"
     )
+
+
+def test_compute_dtype_is_cores_mixed_dtype_rule():
+    # row_rules.h's mixed_dtypes (CTest RowRules.MixedDtypesComputeAsAtensNorms) in names.
+    assert rules.compute_dtype("bfloat16", ["float32", None]) == "float32"
+    assert rules.compute_dtype("float16", ["bfloat16"]) == "float32"
+    assert rules.compute_dtype("float32", [None, "float64"]) == "float64"
+    assert rules.compute_dtype("float64", ["float16"]) == "float64"
+    assert rules.compute_dtype("bfloat16") == "float32"

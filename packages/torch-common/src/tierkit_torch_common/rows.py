@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tierkit_core import row_rules
 from tierkit_core.op_table import RowReduction
 from tierkit_core.op_testing import evaluate_row, row_names
 
@@ -26,9 +27,13 @@ __all__ = [
 
 
 def compute_dtype(torch: Any, x: Any, params: Sequence[Any] = ()) -> Any:
-    """Float, or double where x or a parameter is double (the kind's mixed-dtype rule)."""
-    wide = x.dtype == torch.float64 or any(p is not None and p.dtype == torch.float64 for p in params)
-    return torch.float64 if wide else torch.float32
+    """Float, or double where x or a parameter is double (core's mixed-dtype rule)."""
+    name = row_rules.compute_dtype(_name(x), [None if p is None else _name(p) for p in params])
+    return getattr(torch, name)
+
+
+def _name(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
 
 def default_eps(torch: Any, entry: RowReduction, x: Any, eps: float | None) -> float:

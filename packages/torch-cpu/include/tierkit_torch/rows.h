@@ -113,22 +113,24 @@ struct MixedRows {
   bool active = false;
   at::ScalarType x_dtype = at::kFloat, compute = at::kFloat;
 
+  // The rule is core's (row_rules::mixed_dtypes); the conversions are torch's.
   template <std::size_t P>
   MixedRows(const at::Tensor& x, const Params<P>& params) : x_dtype(x.scalar_type()) {
-    bool wide = x_dtype == at::kDouble;
-    for (const OptTensor& p : params) {
-      if (!defined(p)) continue;
-      active = active || p->scalar_type() != x_dtype;
-      wide = wide || p->scalar_type() == at::kDouble;
-    }
-    compute = wide ? at::kDouble : at::kFloat;
+    std::array<std::optional<tierkit::DType>, P> dtypes;
+    for (std::size_t i = 0; i < P; ++i)
+      if (defined(params[i])) dtypes[i] = core_dtype_of(params[i]->scalar_type());
+    const tierkit::row_rules::MixedDtypes m =
+        tierkit::row_rules::mixed_dtypes(core_dtype_of(x_dtype), dtypes);
+    active = m.active;
+    compute = m.compute == tierkit::DType::Float64 ? at::kDouble : at::kFloat;
+    converts_x_ = m.converts_x;
   }
   // Whether x itself must be converted: only where a double parameter
   // makes the compute type double for a float or 16-bit x. Core's CPU rows
   // otherwise take the parameters in x's compute type beside x as it is
   // (row_kernels.h's RowParams), so bfloat16 x with float32 weights is one
   // pass; the CUDA kernels take one dtype and convert (in, result).
-  bool converts_x() const { return active && compute == at::kDouble && x_dtype != at::kDouble; }
+  bool converts_x() const { return converts_x_; }
   at::Tensor in(const at::Tensor& t) const { return t.to(compute); }
   template <std::size_t P>
   Params<P> in(const Params<P>& params) const {
@@ -142,6 +144,11 @@ struct MixedRows {
     return stats.to(x_dtype == at::kDouble ? at::kDouble : at::kFloat);
   }
   at::Tensor stats_in(const at::Tensor& stats) const { return stats.to(compute); }
+
+ private:
+  bool converts_x_ = false;
+  // Only called on dtypes check_rows accepted (a float dtype core knows).
+  static tierkit::DType core_dtype_of(at::ScalarType t) { return core_dtype_info(t)->dtype; }
 };
 
 // x's rows (every leading dim) and their length d (the last dim), for the kernels.
