@@ -39,8 +39,7 @@ inline void check_x(const char* op, const at::Tensor& x, c10::DeviceType device)
 // last-dim op `f` on x.movedim(dim, -1), the result moved back and made
 // contiguous (as aten's ops along a dim return one for a contiguous
 // x); a 0-d x as one row of one element (aten's ops along a dim take a
-// scalar).
-// The dim is wrapped by core's rule and words; no size is read.
+// scalar). The dim is wrapped by core's rule and words; no size is read.
 template <typename F>
 at::Tensor along_dim(const char* op, const at::Tensor& x, int64_t dim, const F& f) {
   check_defined(op, x, "x");
