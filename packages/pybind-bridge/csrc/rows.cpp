@@ -761,8 +761,8 @@ struct BridgeMap {
 // gathered table, a size, a flag), as torch-cpu's row_in_place.cpp.
 template <typename Info>
 struct BridgeInPlace {
-  // x as token rows where core's token_stride finds them (its dims after the index's one dense
-  // row, its index dims one stride apart); else the
+  // x as token rows where core's token_stride finds them (its dims after
+  // the index's one dense row, its index dims one stride apart); else the
   // kernel runs on a C-contiguous copy, copied back.
   struct Heads {
     tierkit::TensorView view;
