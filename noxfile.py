@@ -18,8 +18,8 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ci"))
 
-from nox_support import emulation, fuzz, matrix, models, sanitizers, wheels
-from nox_support.ctest import run_ctest
+from nox_support import emulation, fuzz, matrix, models, prebuild, sanitizers, wheels
+from nox_support.ctest import build_steps, run_ctest
 from nox_support.env import (
     BUILD_DIR,
     BUILD_ENV,
@@ -67,6 +67,11 @@ def runnable(session: nox.Session, name: str) -> bool:
     return True
 
 
+def release_build(name: str) -> tuple[Path, str]:
+    """A CMake tier's CTest build: its directory and CMake definition."""
+    return BUILD_DIR / f"{name}-tests", "-DCMAKE_BUILD_TYPE=Release"
+
+
 def run_tier_tests(session: nox.Session, name: str, *args: str, in_ci: bool = False) -> None:
     """One tier's tests: a CMake tier's own CTest suite (then its Python
     tests, where it has some: core checks its installed wheel), pytest for the
@@ -75,7 +80,7 @@ def run_tier_tests(session: nox.Session, name: str, *args: str, in_ci: bool = Fa
         return
     tier = TIERS[name]
     if tier.kind == "ctest":
-        run_ctest(session, name, BUILD_DIR / f"{name}-tests", "-DCMAKE_BUILD_TYPE=Release", ctest_args=args)
+        run_ctest(session, name, *release_build(name), ctest_args=args)
         python_tests = ROOT / tier.path / "tests" / "python"
         if python_tests.is_dir():  # pytest exits 4 on a missing path
             py = env_with(session, with_deps(name))
@@ -221,9 +226,11 @@ def tests(session: nox.Session) -> None:
     Runs the tiers' tests inline (not via notify, which would queue them
     after any session named after `tests` on the command line)."""
     wheels.prepare_torch_envs()  # tests-stable's other torches install while the tiers before it test
+    _prebuild_core()
     for name in TIERS:
         _step(session, f"tests-{name}")
         run_tier_tests(session, name, in_ci=True)
+    _prebuild_asan_site(session)
     for name, version in matrix.CI_CELLS:  # tests-stable covered the newest torch
         _step(session, f"tests-{name}-{version}")
         matrix.test_tier_on_python(session, name, version, ())
@@ -237,40 +244,72 @@ def tests(session: nox.Session) -> None:
     run_cross_tier_tests(session)
 
 
+# Core's sanitized CTest builds: the build dir, CMake definitions (TSan's: and its targets).
+CORE_ASAN = (
+    BUILD_DIR / "core-asan",
+    "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+    "-DTIERKIT_SANITIZE=address,undefined",
+)
+CORE_TSAN = (
+    BUILD_DIR / "core-tsan",
+    ("-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DTIERKIT_SANITIZE=thread"),
+    ("core_threaded_tests", "tsan_canary"),
+)
+
+
+def _sanitize_env(session: nox.Session) -> tuple[str, list[str]]:
+    """The shared env with what the sanitized tiers build against
+    (uninstrumented: core, torch-common); its python, and those tiers."""
+    sanitized = [name for name, tier in TIERS.items() if tier.sanitized]
+    needs = list(dict.fromkeys(n for name in sanitized for n in TIERS[name].needs if n not in sanitized))
+    return env_with(session, needs, *requirements_for(sanitized)), sanitized
+
+
+def _prebuild_core() -> None:
+    """Queue the core builds that the sessions named after this one run
+    (ci/nox_support/prebuild.py: in the background, at the lowest priority)."""
+    later = prebuild.requested_sessions()
+    if "tests" in later:
+        build_dir, *cmake_args = release_build("core")
+        prebuild.queue(build_dir.name, build_steps("core", build_dir, *cmake_args))
+        prebuild.queue(emulation.AARCH64_DIR.name, emulation.aarch64_build_steps(subset=True))
+        prebuild.queue(emulation.X86_DIR.name, emulation.x86_build_steps(subset=True))
+    if "sanitize" in later:
+        build_dir, *cmake_args = CORE_ASAN
+        prebuild.queue(build_dir.name, build_steps("core", build_dir, *cmake_args))
+        build_dir, cmake_args, targets = CORE_TSAN
+        prebuild.queue(build_dir.name, build_steps("core", build_dir, *cmake_args, targets=targets))
+
+
+def _prebuild_asan_site(session: nox.Session) -> None:
+    """Queue the sanitized tiers' builds, when the sanitize session follows:
+    after the tiers' own tests, which reinstall core into the shared env
+    that these builds compile against."""
+    if "sanitize" in prebuild.requested_sessions():
+        py, sanitized = _sanitize_env(session)
+        prebuild.queue(sanitizers.PREBUILD_KEY, sanitizers.site_steps(py, sanitized))
+
+
 @nox.session
 def sanitize(session: nox.Session) -> None:
     """ASan+UBSan (and TSan for the threaded parts) over core, then the Python tiers under ASan."""
     _step(session, "sanitize: core under ASan+UBSan")
-    run_ctest(
-        session,
-        "core",
-        BUILD_DIR / "core-asan",
-        "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-        "-DTIERKIT_SANITIZE=address,undefined",
-    )
+    run_ctest(session, "core", *CORE_ASAN)
     _step(session, "sanitize: core under TSan")
-    run_ctest(
-        session,
-        "core",
-        BUILD_DIR / "core-tsan",
-        "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-        "-DTIERKIT_SANITIZE=thread",
-        # core_threaded_tests: the allocator, pool and kernel tests alone (not
-        # fp_contract_tests, nor the rest of core_tests: nothing threaded there;
-        # nor core_tests' runs under an environment: the SIMD levels, streaming).
-        ctest_args=(
-            "-R",
-            "CachingAllocator|ThreadPool|Kernels|canary",
-            "-E",
-            "simd_|streaming_stores|NOT_BUILT",
-        ),
-        targets=("core_threaded_tests", "tsan_canary"),
+    build_dir, cmake_args, targets = CORE_TSAN
+    # core_threaded_tests: the allocator, pool and kernel tests alone (not
+    # fp_contract_tests, nor the rest of core_tests: nothing threaded there;
+    # nor core_tests' runs under an environment: the SIMD levels, streaming).
+    tsan_tests = (
+        "-R",
+        "CachingAllocator|ThreadPool|Kernels|canary",
+        "-E",
+        "simd_|streaming_stores|NOT_BUILT",
     )
-    sanitized = [name for name, tier in TIERS.items() if tier.sanitized]
-    # What the sanitized tiers build against, uninstrumented (core, torch-common).
-    needs = list(dict.fromkeys(n for name in sanitized for n in TIERS[name].needs if n not in sanitized))
-    py = env_with(session, needs, *requirements_for(sanitized))
-    sanitizers.reset_site()
+    run_ctest(session, "core", build_dir, *cmake_args, ctest_args=tsan_tests, targets=targets)
+    py, sanitized = _sanitize_env(session)
+    _step(session, f"sanitize: {', '.join(sanitized)} built with ASan+UBSan")
+    sanitizers.make_site(session, py, sanitized)
     for name in sanitized:
         _step(session, f"sanitize: {name} under ASan+UBSan")
         sanitizers.sanitize_tier(session, py, name)
@@ -300,6 +339,7 @@ def build(session: nox.Session) -> None:
 
     The wheels are installed into .nox/_env too, so sessions run after this
     one (tests, lint) reuse them instead of compiling the tiers again."""
+    _prebuild_core()  # core's test builds for the sessions after this one, while a core is idle
     names = [name for name in TIERS if runnable(session, name)]
     py = shared_env(session, *requirements_for(names))
     DIST_DIR.mkdir(exist_ok=True)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import nox
 
+from . import prebuild
 from .env import BUILD_DIR, MAX_JOBS, ROOT
 from .tiers import TIERS
 
@@ -142,15 +143,44 @@ def _ctest(session: nox.Session, build_dir, skipped: dict[str, str], ctest_args,
 SHARDS_DEFINE = f"-DTIERKIT_CORE_TEST_SHARDS={MAX_JOBS}"
 
 
-def _configure_build(session: nox.Session, build_dir, subset: bool, *cmake_args: str, env=None) -> None:
+def _build_steps(build_dir, subset: bool, *cmake_args: str, env: dict[str, str] | None = None) -> list:
     sources = ";".join(SUBSET_SOURCES) if subset else ""
-    session.run(
+    configure = [
         "cmake", "-S", str(ROOT / TIERS["core"].path), "-B", str(build_dir), "-G", "Ninja",
         *TIERS["core"].cmake_args, "-DCMAKE_BUILD_TYPE=Release",
         f"-DTIERKIT_CORE_TEST_SOURCES={sources}", SHARDS_DEFINE, *cmake_args,
-        external=True, env=env,
+    ]  # fmt: skip
+    return [(configure, env or {}), (["cmake", "--build", str(build_dir), "-j", MAX_JOBS], env or {})]
+
+
+AARCH64_DIR = BUILD_DIR / "core-aarch64"
+X86_DIR = BUILD_DIR / "core-x86-baseline"
+
+
+def aarch64_build_steps(subset: bool) -> list:
+    """The cross build's commands, each (argv, environment added)."""
+    return _build_steps(AARCH64_DIR, subset, f"-DCMAKE_TOOLCHAIN_FILE={AARCH64_TOOLCHAIN}")
+
+
+def x86_build_steps(subset: bool) -> list:
+    # CMAKE_SYSTEM_NAME marks the build as cross (to the same system) so that
+    # every CMake (3.28 on: only when cross compiling) runs the tests, and
+    # gtest's discovery, through the launcher (discovery on qemu's "max"
+    # model, which has all it emulates: fp_contract_tests is AVX2 code).
+    return _build_steps(
+        X86_DIR, subset,
+        "-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=x86_64",
+        f"-DCMAKE_CROSSCOMPILING_EMULATOR={QEMU_X86}",
+        env={"TIERKIT_QEMU_CPU": "max"},
     )  # fmt: skip
-    session.run("cmake", "--build", str(build_dir), "-j", MAX_JOBS, external=True, env=env)
+
+
+def _build(session: nox.Session, build_dir, steps: list) -> None:
+    """`steps`, after their background run when prebuild.py has one (then
+    ninja finds the work done)."""
+    prebuild.wait(session, build_dir.name)
+    for argv, env in steps:
+        session.run(*argv, external=True, env=env)
 
 
 def _timed(session: nox.Session, what: str, start: float) -> None:
@@ -161,9 +191,9 @@ def test_aarch64(session: nox.Session, args) -> None:
     """Core's CTest suite cross-built for aarch64, run under qemu-aarch64."""
     _need_tools(session, "aarch64-linux-gnu-g++", "qemu-aarch64")
     subset, ctest_args = _subset(args)
-    build_dir = BUILD_DIR / "core-aarch64"
+    build_dir = AARCH64_DIR
     start = time.monotonic()
-    _configure_build(session, build_dir, subset, f"-DCMAKE_TOOLCHAIN_FILE={AARCH64_TOOLCHAIN}")
+    _build(session, build_dir, aarch64_build_steps(subset))
     _timed(session, "cross build", start)
     start = time.monotonic()
     _ctest(
@@ -177,18 +207,9 @@ def test_x86_baseline(session: nox.Session, bridge_python: str | None, args) -> 
     """Core's CTest suite and the bridge's pytest on each x86 model of X86_MODELS."""
     _need_tools(session, "qemu-x86_64")
     subset, ctest_args = _subset(args)
-    build_dir = BUILD_DIR / "core-x86-baseline"
+    build_dir = X86_DIR
     start = time.monotonic()
-    # CMAKE_SYSTEM_NAME marks the build as cross (to the same system) so that
-    # every CMake (3.28 on: only when cross compiling) runs the tests, and
-    # gtest's discovery, through the launcher (discovery on qemu's "max"
-    # model, which has all it emulates: fp_contract_tests is AVX2 code).
-    _configure_build(
-        session, build_dir, subset,
-        "-DCMAKE_SYSTEM_NAME=Linux", "-DCMAKE_SYSTEM_PROCESSOR=x86_64",
-        f"-DCMAKE_CROSSCOMPILING_EMULATOR={QEMU_X86}",
-        env={"TIERKIT_QEMU_CPU": "max"},
-    )  # fmt: skip
+    _build(session, build_dir, x86_build_steps(subset))
     _timed(session, "build", start)
     for model, (cpu, level) in X86_MODELS.items():
         session.log(f"==== {model} (qemu -cpu {cpu}): core must pick {level}")

@@ -169,21 +169,13 @@ def mark_done(stamp: Path) -> None:
     stamp.touch()
 
 
+def pip_install_argv(py: str, path: Path, *args: str) -> list[str]:
+    """pip-installing one source tree against what the env already holds."""
+    return [py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", *args, str(path)]
+
+
 def pip_install(session: nox.Session, py: str, path: Path, *args: str, env: dict | None = None) -> None:
-    """pip-install one source tree against what the env already holds."""
-    session.run(
-        py,
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--no-deps",
-        "--no-build-isolation",
-        *args,
-        str(path),
-        external=True,
-        env={**BUILD_ENV, **(env or {})},
-    )
+    session.run(*pip_install_argv(py, path, *args), external=True, env={**BUILD_ENV, **(env or {})})
 
 
 _FIND_MODULES = """

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
     import nox
 
-from .env import BUILD_DIR, ROOT, pip_install
+from . import prebuild
+from .env import BUILD_DIR, BUILD_ENV, ROOT, pip_install_argv
 from .tiers import TIERS, parallel_pytest_args
 
 ASAN_SITE = BUILD_DIR / "asan-site"
@@ -45,20 +46,32 @@ def asan_env() -> dict[str, str]:
     }
 
 
-def install_sanitized(session: nox.Session, py: str, name: str) -> None:
-    """Build tier `name` with ASan+UBSan into build/asan-site."""
+def install_step(py: str, name: str) -> tuple[list[str], dict[str, str]]:
+    """The command (argv, environment added) that builds tier `name` with
+    ASan+UBSan into build/asan-site."""
     tier = TIERS[name]
     assert tier.sanitized is not None, f"tier {name} has no sanitizer settings in the tier table"
-    pip_install(
-        session,
-        py,
-        ROOT / tier.path,
-        "--upgrade",
-        "--target",
-        str(ASAN_SITE),
-        *tier.sanitized.pip_args,
-        env={"TIERKIT_SANITIZE": "address,undefined"},
+    argv = pip_install_argv(
+        py, ROOT / tier.path, "--upgrade", "--target", str(ASAN_SITE), *tier.sanitized.pip_args
     )
+    return argv, {**BUILD_ENV, "TIERKIT_SANITIZE": "address,undefined"}
+
+
+PREBUILD_KEY = "asan-site"
+
+
+def site_steps(py: str, names: list[str]) -> list[tuple[list[str], dict[str, str]]]:
+    """build/asan-site afresh with the tiers `names` in it: the commands."""
+    return [(["rm", "-rf", str(ASAN_SITE)], {}), *(install_step(py, name) for name in names)]
+
+
+def make_site(session: nox.Session, py: str, names: list[str]) -> None:
+    """site_steps, unless prebuild.py ran them in the background."""
+    if prebuild.wait(session, PREBUILD_KEY):
+        session.log(f"{ASAN_SITE.name}: {', '.join(names)} built in the background")
+        return
+    for argv, env in site_steps(py, names):
+        session.run(*argv, external=True, env=env)
 
 
 def check_canary(session: nox.Session, py: str, code: str, expect: str) -> None:
@@ -90,14 +103,9 @@ def pytest_under_asan(session: nox.Session, py: str, *pytest_args: str) -> None:
 
 
 def sanitize_tier(session: nox.Session, py: str, name: str) -> None:
-    """Instrumented build of `name`, its canary, then its pytest under ASan."""
+    """Tier `name`'s canary, then its pytest, under ASan (make_site built it)."""
     settings = TIERS[name].sanitized
     assert settings is not None, f"tier {name} has no sanitizer settings in the tier table"
-    install_sanitized(session, py, name)
     check_canary(session, py, settings.canary, "ERROR: AddressSanitizer: heap-buffer-overflow")
     parallel = parallel_pytest_args(py) if TIERS[name].parallel_tests else ()  # workers inherit the preload
     pytest_under_asan(session, py, *parallel, str(ROOT / TIERS[name].path / "tests"), *settings.pytest_args)
-
-
-def reset_site() -> None:
-    shutil.rmtree(ASAN_SITE, ignore_errors=True)

@@ -1,0 +1,96 @@
+"""ci/nox_support/prebuild.py: builds run early in the background, at the
+lowest priority, for the sessions later in the same nox run; a session
+waits for its build, takes over one not started, and redoes one that failed."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from nox_recorder import ROOT
+
+sys.path.insert(0, str(ROOT / "ci"))
+from nox_support import prebuild
+
+
+class Session:
+    def __init__(self):
+        self.logs, self.warnings = [], []
+
+    def log(self, text):
+        self.logs.append(text)
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+
+def started(key: str) -> None:
+    deadline = time.monotonic() + 10
+    while prebuild.state(key) == "queued":
+        assert time.monotonic() < deadline, f"{key} never started"
+        time.sleep(0.01)
+
+
+@pytest.fixture(autouse=True)
+def logs_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(prebuild, "BUILD_DIR", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv, sessions",
+    [
+        (
+            ["-s", "build", "lint", "tests", "sanitize", "fuzz"],
+            {"build", "lint", "tests", "sanitize", "fuzz"},
+        ),
+        (["-s", "build", "-s", "tests", "-r"], {"build", "tests"}),
+        (["--sessions", "tests-core", "--", "-R", "Kernels"], {"tests-core"}),
+        (["--no-venv"], {"tests"}),  # nox's default session
+    ],
+)
+def test_the_sessions_named_on_noxs_command_line(argv, sessions):
+    assert prebuild.requested_sessions(argv) == sessions
+
+
+def test_a_build_runs_in_order_niced_and_is_waited_for(tmp_path):
+    out = tmp_path / "out"
+    prebuild.queue(
+        "first",
+        [
+            (["sh", "-c", f"sleep 0.5; nice > {out}"], {}),
+            (["sh", "-c", f"echo $MARK >> {out}"], {"MARK": "two"}),
+        ],
+    )
+    session = Session()
+    started("first")
+    assert prebuild.wait(session, "first")
+    assert out.read_text().split() == ["19", "two"]  # niceness 19, the steps in order, the environment added
+    assert not session.warnings
+
+
+def test_a_build_not_started_is_the_callers(tmp_path):
+    prebuild.queue("busy", [(["sleep", "1"], {})])
+    started("busy")
+    prebuild.queue("later", [(["touch", str(tmp_path / "ran")], {})])
+    session = Session()
+    assert not prebuild.wait(session, "later")  # taken off the queue: the caller builds it
+    assert prebuild.wait(session, "busy")
+    assert any("waiting for busy" in line for line in session.logs)
+    assert not (tmp_path / "ran").exists() and prebuild.state("later") == "cancelled"
+
+
+def test_a_failed_build_is_reported_and_its_later_steps_skipped(tmp_path):
+    prebuild.queue(
+        "broken",
+        [(["sh", "-c", "echo compiler says no; exit 3"], {}), (["touch", str(tmp_path / "ran")], {})],
+    )
+    session = Session()
+    started("broken")
+    assert not prebuild.wait(session, "broken")
+    assert len(session.warnings) == 1 and "compiler says no" in session.warnings[0]
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_build_never_queued_is_the_callers():
+    assert not prebuild.wait(Session(), "never-queued")
