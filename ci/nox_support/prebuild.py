@@ -129,13 +129,16 @@ def _work() -> None:
             for argv, env in job.steps:
                 out.write(f"$ {' '.join(argv)}\n")
                 out.flush()
-                # Its own process group, so that a nox stopped early stops it too (_stop).
+                # Its own process group, so that a nox stopped early stops it too
+                # (_stop); not its own session: where the kernel groups CPU time by
+                # session (sched_autogroup_enabled, as on this kind of machine), a
+                # new session's niced build would still get half the CPU.
                 proc = subprocess.Popen(
                     ["nice", "-n", "19", *argv],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env={**os.environ, **env},
-                    start_new_session=True,
+                    process_group=0,
                 )
                 with _lock:
                     job.proc = proc
