@@ -206,4 +206,56 @@ TYPED_TEST(RotaryCached, RefusesBadArgumentsBeforeWriting) {
   EXPECT_EQ(as_bits(q), as_bits(before));
 }
 
+// Every binding's view of query and key: token rows where one stride walks
+// the tokens, a copy otherwise; and whether key shares an element with query,
+// exact for rows sliced from one fused qkv row (against a brute-force
+// element overlap), the binding's byte test where that cannot tell.
+TEST(RotaryCachedLayout, TokenRowsAndKeySharingQuery) {
+  using Dims = std::vector<std::int64_t>;
+  // [tokens 4, heads 2, head_size 8] inside fused rows of 48: query at 0, key at 16, value at 32.
+  const k::TokenRows q = k::token_rows(Dims{4, 2, 8}, Dims{48, 8, 1}, 1, 4, 8);
+  EXPECT_EQ(q.stride, 48);
+  EXPECT_EQ(q.heads, 2);
+  EXPECT_FALSE(q.copied);
+  // Heads not dense within a token: a copy, a token's 16 elements a row.
+  const k::TokenRows t = k::token_rows(Dims{4, 2, 8}, Dims{8, 32, 1}, 1, 4, 8);
+  EXPECT_TRUE(t.copied);
+  EXPECT_EQ(t.stride, 16);
+  EXPECT_EQ(t.heads, 2);
+  // Two index dims [2, 2] one stride apart.
+  EXPECT_EQ(k::token_rows(Dims{2, 2, 16}, Dims{96, 48, 1}, 2, 4, 8).stride, 48);
+
+  std::vector<float> fused(4 * 48);
+  const auto elements = [](std::int64_t base, const k::TokenRows& r, std::int64_t head_size) {
+    std::vector<std::int64_t> at;
+    for (std::int64_t token = 0; token < 4; ++token)
+      for (std::int64_t j = 0; j < r.heads * head_size; ++j) at.push_back(base + token * r.stride + j);
+    return at;
+  };
+  const auto never = [] {
+    ADD_FAILURE() << "the byte test asked where the rows tell";
+    return true;
+  };
+  for (const std::int64_t key_at : {16, 8, 0, 32, 40, 48}) {
+    const k::TokenRows kr = k::token_rows(Dims{4, 2, 8}, Dims{48, 8, 1}, 1, 4, 8);
+    const auto qe = elements(0, q, 8), ke = elements(key_at, kr, 8);
+    bool brute = false;
+    for (const auto a : qe)
+      for (const auto b : ke) brute = brute || a == b;
+    EXPECT_EQ(k::key_shares_query(fused.data(), q, fused.data() + key_at, kr, sizeof(float), 8, 4, never),
+              brute)
+        << "key at " << key_at;
+  }
+  // A copied layout, or key half an element away: the binding's test decides.
+  int asked = 0;
+  const auto spans = [&] {
+    ++asked;
+    return true;
+  };
+  EXPECT_TRUE(k::key_shares_query(fused.data(), q, fused.data() + 16, t, sizeof(float), 8, 4, spans));
+  EXPECT_TRUE(k::key_shares_query(fused.data(), q, reinterpret_cast<const char*>(fused.data() + 16) + 2, q,
+                                  sizeof(float), 8, 4, spans));
+  EXPECT_EQ(asked, 2);
+}
+
 }  // namespace

@@ -761,29 +761,20 @@ struct BridgeMap {
 // gathered table, a size, a flag), as torch-cpu's row_in_place.cpp.
 template <typename Info>
 struct BridgeInPlace {
-  // x as token rows where core's token_stride finds them (its dims after
-  // the index's one dense row, its index dims one stride apart); else the
-  // kernel runs on a C-contiguous copy, copied back.
-  struct Heads {
+  // x as token rows (core's token_rows): over x's memory, or the kernel
+  // runs on a C-contiguous copy, copied back.
+  struct Heads : tierkit::kernels::TokenRows {
     tierkit::TensorView view;
     std::optional<Buffer> copy;
-    std::int64_t stride = 0, heads = 0;
   };
   static Heads heads_of(const tierkit::TensorView& x, int index_dims, std::int64_t tokens,
                         std::int64_t head_size) {
-    const std::int64_t stride =
-        tierkit::kernels::token_stride(dims(x.shape()), dims(x.strides()), index_dims, tokens);
-    Heads h;
-    const std::int64_t per_token = tokens ? x.numel() / tokens : 0;
-    if (stride >= 0) {
-      h.view = x;
-      h.stride = stride;
-    } else {
+    Heads h{tierkit::kernels::token_rows(dims(x.shape()), dims(x.strides()), index_dims, tokens, head_size),
+            x, std::nullopt};
+    if (h.copied) {
       h.copy = contiguous_copy(x);
       h.view = h.copy->view();
-      h.stride = per_token;
     }
-    h.heads = per_token / head_size;
     return h;
   }
 
@@ -873,15 +864,11 @@ struct BridgeInPlace {
     const std::int64_t tokens = vp.numel();
     Heads q = heads_of(vq, vp.rank(), tokens, head_size);
     Heads k = ak ? heads_of(ak->view(), vp.rank(), tokens, head_size) : Heads{};
-    if (ak) {  // exact for token rows (query and key sliced from one qkv row share none)
+    if (ak) {
       const tierkit::TensorView& vk = ak->view();
-      const std::int64_t item = static_cast<std::int64_t>(tierkit::dtype_size(vq.dtype()));
-      const std::int64_t bytes = static_cast<const char*>(vk.data()) - static_cast<const char*>(vq.data());
       const bool shared =
-          q.copy || k.copy || bytes % item != 0
-              ? meet(vq, vk)
-              : tierkit::kernels::token_rows_share(0, q.stride, q.heads * head_size, bytes / item, k.stride,
-                                                   k.heads * head_size, tokens);
+          tierkit::kernels::key_shares_query(vq.data(), q, vk.data(), k, tierkit::dtype_size(vq.dtype()),
+                                             head_size, tokens, [&] { return meet(vq, vk); });
       row_rule(op, [&] { rules::written_apart("key", "query", shared); });
     }
     const unsigned threads = max_threads();

@@ -32,22 +32,14 @@ bool spans_meet(const Tensor& a, const Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
-// x as token rows where core's token_stride finds them (its dims after the
-// index's one dense row, its index dims one positive stride apart),
-// else a contiguous copy written back after.
-struct Heads {
+// x as token rows (core's token_rows): over x's memory, or computed in a
+// contiguous copy and written back after.
+struct Heads : tierkit::kernels::TokenRows {
   Tensor rows;
-  int64_t stride = 0, heads = 0;
-  bool copied = false;
 };
 Heads heads_of(const Tensor& x, int64_t index_dims, int64_t tokens, int64_t head_size) {
-  const int64_t stride = tierkit::kernels::token_stride(sizes_of(x), strides_of(x), index_dims, tokens);
-  Heads h;
-  h.copied = stride < 0;
+  Heads h{tierkit::kernels::token_rows(sizes_of(x), strides_of(x), index_dims, tokens, head_size), {}};
   h.rows = h.copied ? torch::stable::contiguous(x) : x;
-  const int64_t per_token = tokens ? x.numel() / tokens : 0;
-  h.stride = h.copied ? per_token : stride;
-  h.heads = per_token / head_size;
   return h;
 }
 
@@ -116,15 +108,10 @@ struct StableInPlace {
     const int64_t tokens = positions.numel(), index_dims = positions.dim();
     Heads q = heads_of(query, index_dims, tokens, head_size);
     Heads k = present(key) ? heads_of(*key, index_dims, tokens, head_size) : Heads{};
-    if (present(key)) {  // exact for token rows (query and key sliced from one qkv row share none)
-      const int64_t item = query.element_size();
-      const int64_t bytes =
-          static_cast<const char*>(key->data_ptr()) - static_cast<const char*>(query.data_ptr());
+    if (present(key)) {
       const bool shared =
-          q.copied || k.copied || bytes % item != 0
-              ? spans_meet(query, *key)
-              : tierkit::kernels::token_rows_share(0, q.stride, q.heads * head_size, bytes / item, k.stride,
-                                                   k.heads * head_size, tokens);
+          tierkit::kernels::key_shares_query(query.data_ptr(), q, key->data_ptr(), k, query.element_size(),
+                                             head_size, tokens, [&] { return spans_meet(query, *key); });
       core_check(op, [&] { rules::written_apart("key", "query", shared); });
     }
     const auto cache_sizes = sizes_of(cache);

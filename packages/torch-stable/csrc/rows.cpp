@@ -146,10 +146,10 @@ tierkit::kernels::RowParams<T> row_params(const std::array<OptTensor, P>& ps) {
 // one pass); only a double parameter beside a narrower x makes it a call in
 // double (converts_x: the result narrowed to x's dtype, the stats kept in
 // the dtype the schema gives x).
-struct MixedRows {
+class MixedRows {
+ public:
   bool active = false;
   ScalarType x_dtype, compute;
-  bool converts_x_ = false;
 
   // The rule is core's (row_rules::mixed_dtypes); the conversions are the stable API's.
   template <std::size_t P>
@@ -177,6 +177,9 @@ struct MixedRows {
     const ScalarType want = x_dtype == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
     return stats.scalar_type() == want ? stats : torch::stable::to(stats, want);
   }
+
+ private:
+  bool converts_x_ = false;
 };
 
 // Calls f(row_params<T or compute_t<T>>(params)): in x's dtype, or, in a
@@ -218,8 +221,8 @@ void check_residual_overlap(const char* op, const Tensor& x, const Tensor& resid
   namespace rules = tierkit::row_rules;
   core_check(op, [&] {
     rules::written_alone("residual", sizes_of(residual), strides_of(residual), rules::kTorchWords);
+    rules::written_beside("residual", "x", partly_overlaps(residual, x));
   });
-  core_check(op, [&] { rules::written_beside("residual", "x", partly_overlaps(residual, x)); });
 }
 
 // One entry's kernels: Info its row_info, K its core row kind, P its parameters.

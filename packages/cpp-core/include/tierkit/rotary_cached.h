@@ -151,6 +151,40 @@ inline bool token_rows_share(std::int64_t a0, std::int64_t sa, std::int64_t wa, 
   return false;
 }
 
+// x (query or key) as the kernel walks it: token_stride's stride or, where
+// there is none (`copied`: the binding computes in a contiguous copy and
+// writes it back), the copy's, a token's elements; and its heads a token.
+// Every binding asks this.
+struct TokenRows {
+  std::int64_t stride = 0, heads = 0;
+  bool copied = false;
+};
+template <typename Sizes, typename Strides>
+TokenRows token_rows(const Sizes& sizes, const Strides& strides, std::int64_t index_dims, std::int64_t tokens,
+                     std::int64_t head_size) {
+  const std::int64_t stride = token_stride(sizes, strides, index_dims, tokens);
+  std::int64_t numel = 1;
+  for (const auto size : sizes) numel *= static_cast<std::int64_t>(size);
+  const std::int64_t per_token = tokens ? numel / tokens : 0;
+  return {stride < 0 ? per_token : stride, head_size ? per_token / head_size : 0, stride < 0};
+}
+
+// Whether key shares an element with query, so that one would be rotated
+// twice (row_rules::written_apart refuses the call). `query` and `key`: the
+// caller's data pointers. Exact where both are the caller's token rows and
+// key lies a whole number of elements from query (token_rows_share: query
+// and key sliced from one fused qkv row share none, though their byte
+// ranges interleave); the binding's byte-range test `spans_meet()` otherwise.
+template <typename SpansMeet>
+bool key_shares_query(const void* query, const TokenRows& q, const void* key, const TokenRows& k,
+                      std::size_t item, std::int64_t head_size, std::int64_t tokens, SpansMeet spans_meet) {
+  const std::int64_t bytes = static_cast<const char*>(key) - static_cast<const char*>(query);
+  const auto size = static_cast<std::int64_t>(item);
+  if (q.copied || k.copied || bytes % size != 0) return spans_meet();
+  return token_rows_share(0, q.stride, q.heads * head_size, bytes / size, k.stride, k.heads * head_size,
+                          tokens);
+}
+
 // The op table's entry (TIERKIT_ROW_IN_PLACE: rotary_embedding_cached): the
 // functor each tier's binding calls. Its messages name no op: the binding
 // prefixes its own.

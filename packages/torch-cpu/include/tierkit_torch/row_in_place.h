@@ -27,23 +27,15 @@ using OptTensor = std::optional<at::Tensor>;
 inline bool present(const OptTensor& t) { return t && t->defined(); }
 
 // Arguments as the kernel reads them, and where each written x goes back.
-struct Heads {
+struct Heads : tierkit::kernels::TokenRows {
   at::Tensor rows;  // [tokens, heads * head_size] over x's memory, or a contiguous copy
-  int64_t stride = 0, heads = 0;
-  bool copied = false;
 };
 
-// x (query or key) as token rows: its dims after the index's are one dense
-// row of heads, its index dims one stride apart. Another layout is computed
-// in a contiguous copy and written back.
+// x (query or key) as token rows (core's token_rows): over x's memory, or
+// computed in a contiguous copy and written back.
 inline Heads heads_of(const at::Tensor& x, int64_t index_dims, int64_t tokens, int64_t head_size) {
-  const int64_t stride = tierkit::kernels::token_stride(x.sizes(), x.strides(), index_dims, tokens);
-  Heads h;
-  h.copied = stride < 0;
+  Heads h{tierkit::kernels::token_rows(x.sizes(), x.strides(), index_dims, tokens, head_size), {}};
   h.rows = h.copied ? x.contiguous() : x;
-  const int64_t per_token = tokens ? x.numel() / tokens : 0;
-  h.stride = h.copied ? per_token : stride;
-  h.heads = per_token / head_size;
   return h;
 }
 
@@ -82,20 +74,6 @@ inline void check(const char* op, const at::Tensor& positions, const at::Tensor&
   });
 }
 
-// Whether key shares an element with query (each would be rotated twice):
-// exact for token rows (core's token_rows_share: query and key sliced from
-// one qkv row share none), by the byte ranges otherwise.
-inline bool key_shares_query(const at::Tensor& query, const at::Tensor& key, const Heads& q, const Heads& k,
-                             int64_t tokens, int64_t head_size) {
-  const int64_t item = query.element_size();
-  const int64_t bytes =
-      static_cast<const char*>(key.const_data_ptr()) - static_cast<const char*>(query.const_data_ptr());
-  if (q.copied || k.copied || bytes % item != 0)
-    return at::get_overlap_status(query, key) != at::MemOverlapStatus::No;
-  return tierkit::kernels::token_rows_share(0, q.stride, q.heads * head_size, bytes / item, k.stride,
-                                            k.heads * head_size, tokens);
-}
-
 // A call's arguments as a kernel reads them: checked; positions (int64) and
 // the cache contiguous, as they were at the call (a copy where they share
 // memory with what is written); query and key as token rows.
@@ -130,7 +108,11 @@ inline Prepared prepare(const char* op, const at::Tensor& positions_in, const at
   p.tokens = p.positions.numel();
   p.query = heads_of(query, p.positions.dim(), p.tokens, head_size);
   if (present(key)) p.key = heads_of(*key, p.positions.dim(), p.tokens, head_size);
-  const bool shared = present(key) && key_shares_query(query, *key, p.query, p.key, p.tokens, head_size);
+  const bool shared =
+      present(key) &&
+      tierkit::kernels::key_shares_query(
+          query.const_data_ptr(), p.query, key->const_data_ptr(), p.key, query.element_size(), head_size,
+          p.tokens, [&] { return at::get_overlap_status(query, *key) != at::MemOverlapStatus::No; });
   core_check(op, [&] { tierkit::row_rules::written_apart("key", "query", shared); });
   return p;
 }
