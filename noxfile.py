@@ -19,7 +19,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).resolve().parent / "ci"))
 
 from nox_support import emulation, fuzz, matrix, models, prebuild, sanitizers, wheels
-from nox_support.ctest import build_steps, run_ctest
+from nox_support.ctest import CTestBuild, run_ctest
 from nox_support.env import (
     BUILD_DIR,
     BUILD_ENV,
@@ -67,9 +67,9 @@ def runnable(session: nox.Session, name: str) -> bool:
     return True
 
 
-def release_build(name: str) -> tuple[Path, str]:
-    """A CMake tier's CTest build: its directory and CMake definition."""
-    return BUILD_DIR / f"{name}-tests", "-DCMAKE_BUILD_TYPE=Release"
+def release_build(name: str) -> CTestBuild:
+    """A CMake tier's own CTest build (`tests-<name>`)."""
+    return CTestBuild(BUILD_DIR / f"{name}-tests", ("-DCMAKE_BUILD_TYPE=Release",))
 
 
 def run_tier_tests(session: nox.Session, name: str, *args: str, in_ci: bool = False) -> None:
@@ -80,7 +80,7 @@ def run_tier_tests(session: nox.Session, name: str, *args: str, in_ci: bool = Fa
         return
     tier = TIERS[name]
     if tier.kind == "ctest":
-        run_ctest(session, name, *release_build(name), ctest_args=args)
+        run_ctest(session, name, release_build(name), ctest_args=args)
         python_tests = ROOT / tier.path / "tests" / "python"
         if python_tests.is_dir():  # pytest exits 4 on a missing path
             py = env_with(session, with_deps(name))
@@ -244,13 +244,11 @@ def tests(session: nox.Session) -> None:
     run_cross_tier_tests(session)
 
 
-# Core's sanitized CTest builds: the build dir, CMake definitions (TSan's: and its targets).
-CORE_ASAN = (
-    BUILD_DIR / "core-asan",
-    "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-    "-DTIERKIT_SANITIZE=address,undefined",
+# Core's sanitized CTest builds; TSan's only of the threaded parts.
+CORE_ASAN = CTestBuild(
+    BUILD_DIR / "core-asan", ("-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DTIERKIT_SANITIZE=address,undefined")
 )
-CORE_TSAN = (
+CORE_TSAN = CTestBuild(
     BUILD_DIR / "core-tsan",
     ("-DCMAKE_BUILD_TYPE=RelWithDebInfo", "-DTIERKIT_SANITIZE=thread"),
     ("core_threaded_tests", "tsan_canary"),
@@ -270,21 +268,19 @@ def _prebuild_core() -> None:
     (ci/nox_support/prebuild.py: in the background, at the lowest priority)."""
     later = prebuild.requested_sessions()
     if "tests" in later:
-        build_dir, *cmake_args = release_build("core")
-        prebuild.queue(build_dir.name, build_steps("core", build_dir, *cmake_args))
+        release = release_build("core")
+        prebuild.queue(release.build_dir.name, release.steps("core"))
         prebuild.queue(emulation.AARCH64_DIR.name, emulation.aarch64_build_steps(subset=True))
         prebuild.queue(emulation.X86_DIR.name, emulation.x86_build_steps(subset=True))
     if "sanitize" in later:
-        build_dir, *cmake_args = CORE_ASAN
-        prebuild.queue(build_dir.name, build_steps("core", build_dir, *cmake_args))
-        build_dir, cmake_args, targets = CORE_TSAN
-        prebuild.queue(build_dir.name, build_steps("core", build_dir, *cmake_args, targets=targets))
+        for build in (CORE_ASAN, CORE_TSAN):
+            prebuild.queue(build.build_dir.name, build.steps("core"))
 
 
 def _prebuild_asan_site(session: nox.Session) -> None:
     """Queue the sanitized tiers' builds, when the sanitize session follows:
-    after the tiers' own tests, which reinstall core into the shared env
-    that these builds compile against."""
+    after the tiers' own tests, which may (re)install tiers into the shared
+    env that these builds compile against."""
     if "sanitize" in prebuild.requested_sessions():
         py, sanitized = _sanitize_env(session)
         prebuild.queue(sanitizers.PREBUILD_KEY, sanitizers.site_steps(py, sanitized))
@@ -294,9 +290,8 @@ def _prebuild_asan_site(session: nox.Session) -> None:
 def sanitize(session: nox.Session) -> None:
     """ASan+UBSan (and TSan for the threaded parts) over core, then the Python tiers under ASan."""
     _step(session, "sanitize: core under ASan+UBSan")
-    run_ctest(session, "core", *CORE_ASAN)
+    run_ctest(session, "core", CORE_ASAN)
     _step(session, "sanitize: core under TSan")
-    build_dir, cmake_args, targets = CORE_TSAN
     # core_threaded_tests: the allocator, pool and kernel tests alone (not
     # fp_contract_tests, nor the rest of core_tests: nothing threaded there;
     # nor core_tests' runs under an environment: the SIMD levels, streaming).
@@ -306,7 +301,7 @@ def sanitize(session: nox.Session) -> None:
         "-E",
         "simd_|streaming_stores|NOT_BUILT",
     )
-    run_ctest(session, "core", build_dir, *cmake_args, ctest_args=tsan_tests, targets=targets)
+    run_ctest(session, "core", CORE_TSAN, ctest_args=tsan_tests)
     py, sanitized = _sanitize_env(session)
     _step(session, f"sanitize: {', '.join(sanitized)} built with ASan+UBSan")
     sanitizers.make_site(session, py, sanitized)

@@ -143,7 +143,9 @@ def _ctest(session: nox.Session, build_dir, skipped: dict[str, str], ctest_args,
 SHARDS_DEFINE = f"-DTIERKIT_CORE_TEST_SHARDS={MAX_JOBS}"
 
 
-def _build_steps(build_dir, subset: bool, *cmake_args: str, env: dict[str, str] | None = None) -> list:
+def _build_steps(
+    build_dir, subset: bool, *cmake_args: str, env: dict[str, str] | None = None
+) -> list[prebuild.Step]:
     sources = ";".join(SUBSET_SOURCES) if subset else ""
     configure = [
         "cmake", "-S", str(ROOT / TIERS["core"].path), "-B", str(build_dir), "-G", "Ninja",
@@ -157,12 +159,12 @@ AARCH64_DIR = BUILD_DIR / "core-aarch64"
 X86_DIR = BUILD_DIR / "core-x86-baseline"
 
 
-def aarch64_build_steps(subset: bool) -> list:
+def aarch64_build_steps(subset: bool) -> list[prebuild.Step]:
     """The cross build's commands, each (argv, environment added)."""
     return _build_steps(AARCH64_DIR, subset, f"-DCMAKE_TOOLCHAIN_FILE={AARCH64_TOOLCHAIN}")
 
 
-def x86_build_steps(subset: bool) -> list:
+def x86_build_steps(subset: bool) -> list[prebuild.Step]:
     # CMAKE_SYSTEM_NAME marks the build as cross (to the same system) so that
     # every CMake (3.28 on: only when cross compiling) runs the tests, and
     # gtest's discovery, through the launcher (discovery on qemu's "max"
@@ -175,14 +177,6 @@ def x86_build_steps(subset: bool) -> list:
     )  # fmt: skip
 
 
-def _build(session: nox.Session, build_dir, steps: list) -> None:
-    """`steps`, after their background run when prebuild.py has one (then
-    ninja finds the work done)."""
-    prebuild.wait(session, build_dir.name)
-    for argv, env in steps:
-        session.run(*argv, external=True, env=env)
-
-
 def _timed(session: nox.Session, what: str, start: float) -> None:
     session.log(f"{what}: {time.monotonic() - start:.0f} s")
 
@@ -193,7 +187,7 @@ def test_aarch64(session: nox.Session, args) -> None:
     subset, ctest_args = _subset(args)
     build_dir = AARCH64_DIR
     start = time.monotonic()
-    _build(session, build_dir, aarch64_build_steps(subset))
+    prebuild.run_after(session, build_dir.name, aarch64_build_steps(subset))
     _timed(session, "cross build", start)
     start = time.monotonic()
     _ctest(
@@ -209,7 +203,7 @@ def test_x86_baseline(session: nox.Session, bridge_python: str | None, args) -> 
     subset, ctest_args = _subset(args)
     build_dir = X86_DIR
     start = time.monotonic()
-    _build(session, build_dir, x86_build_steps(subset))
+    prebuild.run_after(session, build_dir.name, x86_build_steps(subset))
     _timed(session, "build", start)
     for model, (cpu, level) in X86_MODELS.items():
         session.log(f"==== {model} (qemu -cpu {cpu}): core must pick {level}")

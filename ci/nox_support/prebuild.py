@@ -34,15 +34,13 @@ Step = tuple[list[str], dict[str, str]]
 
 @dataclass
 class _Job:
-    key: str
     steps: list[Step]
     log: Path
     state: str = "queued"  # queued, running, done, failed, cancelled
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
 
-_jobs: dict[str, _Job] = {}
-_order: list[str] = []
+_jobs: dict[str, _Job] = {}  # in the order queued, which is the order run
 _lock = threading.Condition()
 _worker: threading.Thread | None = None
 
@@ -74,8 +72,7 @@ def queue(key: str, steps: list[Step]) -> None:
             return
         log = BUILD_DIR / "logs" / f"prebuild-{key}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        _jobs[key] = _Job(key, steps, log)
-        _order.append(key)
+        _jobs[key] = _Job(steps, log)
         if _worker is None:
             _worker = threading.Thread(target=_work, name="prebuild", daemon=True)
             _worker.start()
@@ -103,6 +100,14 @@ def wait(session: nox.Session, key: str) -> bool:
     return job.state == "done"
 
 
+def run_after(session: nox.Session, key: str, steps: list[Step]) -> None:
+    """`steps` in the foreground, after build `key`'s background run (when
+    there is one: then the build tool finds the work done)."""
+    wait(session, key)
+    for argv, env in steps:
+        session.run(*argv, external=True, env=env)
+
+
 def state(key: str) -> str | None:
     """queued, running, done, failed or cancelled; None for a key never queued."""
     with _lock:
@@ -113,8 +118,7 @@ def state(key: str) -> str | None:
 def _next_job() -> _Job:
     with _lock:
         while True:
-            for key in _order:
-                job = _jobs[key]
+            for job in _jobs.values():
                 if job.state == "queued":
                     job.state = "running"
                     return job

@@ -46,7 +46,7 @@ def asan_env() -> dict[str, str]:
     }
 
 
-def install_step(py: str, name: str) -> tuple[list[str], dict[str, str]]:
+def install_step(py: str, name: str) -> prebuild.Step:
     """The command (argv, environment added) that builds tier `name` with
     ASan+UBSan into build/asan-site."""
     tier = TIERS[name]
@@ -60,7 +60,7 @@ def install_step(py: str, name: str) -> tuple[list[str], dict[str, str]]:
 PREBUILD_KEY = "asan-site"
 
 
-def site_steps(py: str, names: list[str]) -> list[tuple[list[str], dict[str, str]]]:
+def site_steps(py: str, names: list[str]) -> list[prebuild.Step]:
     """build/asan-site afresh with the tiers `names` in it: the commands."""
     return [(["rm", "-rf", str(ASAN_SITE)], {}), *(install_step(py, name) for name in names)]
 
