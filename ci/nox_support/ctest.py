@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:  # nox is only needed by the sessions, not to import this module
     import nox
 
-from . import prebuild
+from . import compiler_cache, prebuild
 from .env import MAX_JOBS, ROOT
 from .tiers import TIERS
 
@@ -29,7 +29,7 @@ class CTestBuild(NamedTuple):
         configure = ["cmake", "-S", str(ROOT / tier.path), "-B", str(self.build_dir), "-G", "Ninja"]
         target_args = ["--target", *self.targets] if self.targets else []
         return [
-            ([*configure, *tier.cmake_args, *self.cmake_args], {}),
+            ([*configure, *tier.cmake_args, *self.cmake_args, *compiler_cache.cmake_args()], {}),
             (["cmake", "--build", str(self.build_dir), "-j", MAX_JOBS, *target_args], {}),
         ]
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import nox
 
-from . import prebuild
+from . import compiler_cache, prebuild
 from .env import BUILD_DIR, MAX_JOBS, ROOT
 from .tiers import TIERS
 
@@ -150,7 +150,7 @@ def _build_steps(
     configure = [
         "cmake", "-S", str(ROOT / TIERS["core"].path), "-B", str(build_dir), "-G", "Ninja",
         *TIERS["core"].cmake_args, "-DCMAKE_BUILD_TYPE=Release",
-        f"-DTIERKIT_CORE_TEST_SOURCES={sources}", SHARDS_DEFINE, *cmake_args,
+        f"-DTIERKIT_CORE_TEST_SOURCES={sources}", SHARDS_DEFINE, *cmake_args, *compiler_cache.cmake_args(),
     ]  # fmt: skip
     return [(configure, env or {}), (["cmake", "--build", str(build_dir), "-j", MAX_JOBS], env or {})]
 
