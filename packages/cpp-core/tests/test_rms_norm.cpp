@@ -409,6 +409,63 @@ TYPED_TEST(RmsNorm, RoundNormalizedIsTheNormThenTheRoundedProduct) {
   }
 }
 
+// Rows whose smallest |x| times rstd (times a weight just below 1) lies
+// within a few percent of FLT_MIN, either side. The vector rows convert to
+// bfloat16 without VCVTNEPS2BF16's subnormal check only where scaled_normal
+// (row_kernels.h) proves every stored value normal; on both sides of the
+// line each row gives the documented bits: plain, without a weight,
+// "llama" (x-hat rounded first) and the fused residual form.
+TYPED_TEST(RmsNorm, RowsAtTheSubnormalLineAreTheDocumentedBits) {
+  using T = TypeParam;
+  if constexpr (!std::is_same_v<T, float> && !std::is_same_v<T, BFloat16>) {
+    GTEST_SKIP() << "FLT_MIN's line: float and bfloat16 only";
+  } else {
+    // 80: whole vectors and a tail at every level. x[r, 0] = 1024 holds
+    // rstd near 1 / sqrt(1024^2 / d + eps), so the other elements, FLT_MIN /
+    // rstd times f (f from 0.94 to 1.06 over the rows, and up to 4 % more
+    // along one), are normal numbers with all their bits.
+    const std::int64_t rows = 64, d = 80, n = rows * d;
+    const double eps = 1e-6, rs = 1.0 / std::sqrt(1024.0 * 1024.0 / d + eps);
+    std::vector<T> x(n), w(d), zeros(n);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double f = (0.94 + 0.12 * r / (rows - 1)) * (1 + 0.01 * (j % 5));
+        x[r * d + j] = j == 0 ? to_t<T>(1024) : to_t<T>((j % 2 ? 1 : -1) * FLT_MIN / rs * f);
+      }
+    for (std::int64_t j = 0; j < d; ++j) w[j] = to_t<T>(1 - 0.004 * (j % 4));
+    std::vector<T> y(n), h(n), want(n), xhat(n);
+    std::vector<C<T>> rstd(rows), rstd_doc(rows);
+    int subnormal = 0, just_normal = 0;
+    const auto count = [&](const std::vector<T>& out) {
+      for (const T& v : out) {
+        const long double a = std::fabs(ld(v));
+        subnormal += a > 0 && a < FLT_MIN;
+        just_normal += a >= FLT_MIN && a < 1.02L * FLT_MIN;
+      }
+    };
+    const T* const weights[] = {w.data(), nullptr};
+    for (const T* wp : weights) {
+      rms::rms_norm_forward(x.data(), wp, eps, rows, d, y.data(), rstd.data());
+      documented_forward(x.data(), wp, eps, rows, d, want.data(), rstd_doc.data());
+      EXPECT_TRUE(same_bits(y, want)) << (wp ? "weighted" : "no weight");
+      count(want);
+    }
+    // "llama": T(T(x * rstd) * w), from the documented x-hat.
+    documented_forward(x.data(), static_cast<const T*>(nullptr), eps, rows, d, xhat.data(), rstd_doc.data());
+    for (std::int64_t i = 0; i < n; ++i)
+      tierkit::store_compute(&want[i], tierkit::load_compute(&xhat[i]) * tierkit::load_compute(&w[i % d]));
+    count(want);
+    k::RowParams<T> p{w.data(), nullptr};
+    p.round_normalized = true;
+    k::row_forward<k::RmsNorm>(x.data(), p, eps, rows, d, y.data(), rstd.data());
+    EXPECT_TRUE(same_bits(y, want)) << "llama";
+    k::row_add_forward<k::RmsNorm>(x.data(), zeros.data(), p, eps, rows, d, y.data(), h.data(), rstd.data());
+    EXPECT_TRUE(same_bits(y, want)) << "llama, fused residual";
+    EXPECT_GT(subnormal, 0);
+    EXPECT_GT(just_normal, 0);
+  }
+}
+
 TYPED_TEST(RmsNorm, InPlaceForward) {
   using T = TypeParam;
   const std::int64_t rows = 4, d = 100;

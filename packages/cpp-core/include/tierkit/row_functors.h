@@ -52,24 +52,29 @@ struct RmsNormBody {
   // y = (x * rstd) * w, rounded once; with `round` (casting_mode "llama"),
   // y = T(T(x * rstd) * w): x-hat rounded to T first. y may be x (a block is
   // read before it is written).
-  TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C rs, std::int64_t d, T* y, bool stream,
-                                       bool round, const T* ahead) {
+  // w_floor: the weight's smallest nonzero magnitude, where R can use it
+  // (R::kProvesNormal: the row then converts to bfloat16 without the
+  // subnormal check where scaled_normal proves there is none to find).
+  TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C w_floor, C rs, std::int64_t d, T* y,
+                                       bool stream, bool round, const T* ahead) {
+    bool normal = false;
+    if constexpr (R::kProvesNormal) normal = R::scaled_normal(x, d, rs, w_floor);
     R::out_row(y, d, stream, [&](T* out, bool st) TIERKIT_ROW_LAMBDA {
       if (w && round) {
-        R::each(
-            d,
+        R::each_scaled(
+            normal, d,
             [&](auto L, std::int64_t j)
                 TIERKIT_ROW_LAMBDA { L.st(out + j, L.round(L.ld(x + j) * L.splat(rs)) * L.ld(w + j), st); },
             ahead);
       } else if (w) {
-        R::each(
-            d,
+        R::each_scaled(
+            normal, d,
             [&](auto L, std::int64_t j)
                 TIERKIT_ROW_LAMBDA { L.st(out + j, (L.ld(x + j) * L.splat(rs)) * L.ld(w + j), st); },
             ahead);
       } else {
-        R::each(
-            d,
+        R::each_scaled(
+            normal, d,
             [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, L.ld(x + j) * L.splat(rs), st); },
             ahead);
       }
@@ -78,6 +83,7 @@ struct RmsNormBody {
 
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, C* rstd, bool stream) {
+    const C w_floor = R::kProvesNormal ? weight_floor(p.w, d) : C(0);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const C ss = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
@@ -86,7 +92,7 @@ struct RmsNormBody {
       });
       const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(xr, p.w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
+      scale(xr, p.w, w_floor, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
     }
   }
 
@@ -95,6 +101,7 @@ struct RmsNormBody {
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd,
                                              bool stream) {
+    const C w_floor = R::kProvesNormal ? weight_floor(p.w, d) : C(0);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;
@@ -103,7 +110,7 @@ struct RmsNormBody {
           [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv * hv; });
       const C rs = rstd_of(ss, d, eps);
       rstd[r] = rs;
-      scale(hr, p.w, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
+      scale(hr, p.w, w_floor, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
     }
   }
 

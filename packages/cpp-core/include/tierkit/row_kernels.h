@@ -30,10 +30,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -322,11 +324,15 @@ TIERKIT_ROW_INLINE typename W::U bf16_rounded_bits(typename W::F v) {
 // but for subnormal inputs, which it flushes to zero; a block with one (an
 // op's result below 2^-126: rare) returns false and takes the integer lanes.
 // (VFPCLASSPS class 0x20: denormal; AVX512-DQ, which every AVX512-BF16 CPU has.)
-template <typename W>
+// kNormal: the caller has proved v holds no subnormal (row_normal_floor), so
+// the check and its branch go (three of a bfloat16 block's ~17 instructions).
+template <typename W, bool kNormal = false>
 TIERKIT_ROW_INLINE bool bf16_native(typename W::F v, typename W::H& h) {
-  unsigned short subnormal;
-  asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal) : "v"(v));
-  if (subnormal) return false;
+  if constexpr (!kNormal) {
+    unsigned short subnormal;
+    asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal) : "v"(v));
+    if (subnormal) return false;
+  }
   asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(v));
   return true;
 }
@@ -337,7 +343,7 @@ TIERKIT_ROW_INLINE bool bf16_native(typename W::F v, typename W::H& h) {
 // GCC has no generic non-temporal store, and the intrinsics' target
 // attributes would keep these generic functions from inlining (above): the
 // instruction is written out, in the calling function's vector width.
-template <typename W, typename T>
+template <typename W, bool kNormal = false, typename T>
 TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) {
   if constexpr (std::is_same_v<T, float>) {
     if (stream) {
@@ -348,7 +354,7 @@ TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) 
   } else if constexpr (std::is_same_v<T, BFloat16>) {
     typename W::H h;
     if constexpr (W::kNativeBf16) {
-      if (bf16_native<W>(v, h)) {
+      if (bf16_native<W, kNormal>(v, h)) {
         __builtin_memcpy(static_cast<void*>(p), &h, sizeof(h));
         return;
       }
@@ -364,7 +370,7 @@ TIERKIT_ROW_INLINE void store_lanes(T* p, typename W::F v, bool stream = false) 
 // v rounded to T and read back as float, in registers where T is bfloat16
 // (store_lanes' rounding: the same bits); float16 through its converters;
 // float as is.
-template <typename W, typename T>
+template <typename W, typename T, bool kNormal = false>
 TIERKIT_ROW_INLINE typename W::F round_lanes(typename W::F v) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
@@ -372,7 +378,7 @@ TIERKIT_ROW_INLINE typename W::F round_lanes(typename W::F v) {
     typename W::U b;
     if constexpr (W::kNativeBf16) {
       typename W::H h;
-      if (bf16_native<W>(v, h))
+      if (bf16_native<W, kNormal>(v, h))
         asm("vpmovzxwd %1, %0" : "=v"(b) : "v"(h));  // one instruction (see load_lanes)
       else
         b = bf16_rounded_bits<W>(v);
@@ -388,6 +394,58 @@ TIERKIT_ROW_INLINE typename W::F round_lanes(typename W::F v) {
     store_lanes<W>(t, v);
     return load_lanes<W>(t);
   }
+}
+// When a bfloat16 row's scaled stores may skip bf16_native's check. A row
+// scaled by s (RmsNormBody::scale) stores x * s, or x-hat * w with x-hat =
+// x * s (rounded to bfloat16 first under casting_mode "llama"). With x_floor
+// the row's smallest nonzero |x| and w_floor the weight's (1 without one),
+// x_floor * s * min(1, w_floor) * (1 - 2^-7) >= FLT_MIN proves none of them
+// subnormal: rounding is monotonic, FLT_MIN is a float and a bfloat16, and
+// 2^-7 covers x-hat's roundings (2^-8 to bfloat16, 2^-24 to float) and the
+// product's own (2^-53 in double). Zeros scale to zeros, infinities and NaNs
+// are not subnormal, and a NaN floor fails the test (the checked path).
+inline bool scaled_normal(float x_floor, float s, float w_floor) {
+  const double w = w_floor < 1.f ? static_cast<double>(w_floor) : 1.0;
+  return static_cast<double>(x_floor) * s * w * (1.0 - 1.0 / 128) >= static_cast<double>(FLT_MIN);
+}
+// The smallest nonzero |w| (NaNs and infinities skipped), +inf if none; 1
+// without a weight.
+template <typename C>
+inline C weight_floor(const C* w, std::int64_t d) {
+  if (!w) return C(1);
+  C m = std::numeric_limits<C>::infinity();
+  for (std::int64_t j = 0; j < d; ++j) {
+    const C a = std::fabs(w[j]);
+    if (a != C(0) && a < m) m = a;
+  }
+  return m;
+}
+// A bfloat16 row's smallest nonzero |x|, +inf if none, from the bits in
+// 16-bit lanes (twice W's lane count): |x| - 1 wraps a zero to 0xffff, above
+// every other value. NaN bits sort above infinity's, so a NaN is the floor
+// only of a row of zeros and NaNs.
+template <typename W>
+TIERKIT_ROW_INLINE float bf16_row_floor(const BFloat16* x, std::int64_t d) {
+  using H = typename VecTypes<2 * W::kLanes>::H;
+  constexpr std::int64_t kStep = 2 * W::kLanes;
+  H m = H{} + 0xffffu;
+  std::int64_t j = 0;
+  for (; j + kStep <= d; j += kStep) {
+    H v;
+    __builtin_memcpy(&v, static_cast<const void*>(x + j), sizeof(v));
+    const H a = (v & 0x7fffu) - 1u;
+    m = a < m ? a : m;
+  }
+  std::uint16_t lanes[kStep];
+  __builtin_memcpy(lanes, &m, sizeof(lanes));
+  std::uint16_t low = 0xffffu;
+  for (std::uint16_t a : lanes) low = a < low ? a : low;
+  for (; j < d; ++j) {
+    const auto a = static_cast<std::uint16_t>((x[j].bits & 0x7fffu) - 1u);
+    low = a < low ? a : low;
+  }
+  if (low == 0xffffu) return std::numeric_limits<float>::infinity();
+  return tierkit::detail::bits_float(static_cast<std::uint32_t>(low + 1u) << 16);
 }
 // The widest 16-bit row the vector rows stream (row_streams): its forward
 // output is computed into a stack row of this many elements, then leaves a
@@ -528,7 +586,8 @@ TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& 
 // stores, constants and roundings of each; the arithmetic between them is
 // the term's own, so body and tail compute the same expression (CTest's
 // bit checks hold each level to the scalar rows).
-template <typename W, typename T>
+// kNormal: the block's stores and roundings hold no subnormal (scaled_normal).
+template <typename W, typename T, bool kNormal = false>
 struct VecAt {
   using F = typename W::F;
   template <typename P>
@@ -538,19 +597,21 @@ struct VecAt {
   TIERKIT_ROW_INLINE static F splat(float c) { return detail::splat<W>(c); }
   template <typename P>
   TIERKIT_ROW_INLINE static void st(P* p, F v, bool stream = false) {
-    store_lanes<W>(p, v, stream);
+    store_lanes<W, kNormal>(p, v, stream);
   }
-  TIERKIT_ROW_INLINE static F round(F v) { return round_lanes<W, T>(v); }
+  TIERKIT_ROW_INLINE static F round(F v) { return round_lanes<W, T, kNormal>(v); }
   TIERKIT_ROW_INLINE static void add(float* p, F v) { add_lanes<W>(p, v); }
 };
 // A vector tail's element: row_terms.h's ScalarAt in float.
 template <typename T>
 using OneAt = ScalarAt<float, T>;
 // vec_each, vec_sum and vec_sum2 over one term(L, j) (vec_sum2's: term(L, j, a, b)).
-template <typename W, typename T, typename Term, typename A = float>
+// kNormal: the row's stores hold no subnormal (scaled_normal), so a
+// bfloat16 row at the AVX512-BF16 level converts without the check.
+template <typename W, typename T, bool kNormal = false, typename Term, typename A = float>
 TIERKIT_ROW_INLINE void vec_each_of(std::int64_t d, const Term& term, const A* ahead = nullptr) {
   vec_each<W>(
-      d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(VecAt<W, T>{}, j); },
+      d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(VecAt<W, T, kNormal>{}, j); },
       [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(OneAt<T>{}, j); }, ahead);
 }
 template <typename W, typename T, typename Term>

@@ -35,10 +35,17 @@ struct ScalarRowTerms {
   TIERKIT_ROW_INLINE static C sum(std::int64_t d, const Term& term) {
     return lane_sum_of<C>(d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { return term(At{}, j); });
   }
+  // Whether scaled_normal can lift a row's conversion checks: never here
+  // (the scalar conversions have none).
+  static constexpr bool kProvesNormal = false;
   template <typename Term>
   TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* = nullptr) {
     TIERKIT_VECTORIZE_LOOP
     for (std::int64_t j = 0; j < d; ++j) term(At{}, j);
+  }
+  template <typename Term>
+  TIERKIT_ROW_INLINE static void each_scaled(bool, std::int64_t d, const Term& term, const T* ahead) {
+    each(d, term, ahead);
   }
   // Two sums from one pass, each in lane_sum's order: term(L, j, a, b).
   template <typename Term>
@@ -108,9 +115,26 @@ struct VecRowTerms {
   TIERKIT_ROW_INLINE static float sum(std::int64_t d, const Term& term) {
     return vec_sum_of<W, T>(d, term);
   }
+  // bfloat16 at the AVX512-BF16 level: VCVTNEPS2BF16's subnormal check.
+  static constexpr bool kProvesNormal = W::kNativeBf16 && std::is_same_v<T, BFloat16>;
+  // Whether the row x scaled by s, then by weights of floor w_floor, holds
+  // no subnormal (scaled_normal, row_kernels.h).
+  TIERKIT_ROW_INLINE static bool scaled_normal(const T* x, std::int64_t d, float s, float w_floor) {
+    static_assert(kProvesNormal);
+    return detail::scaled_normal(bf16_row_floor<W>(x, d), s, w_floor);
+  }
   // `ahead`: the next row's start, asked for a line at a time (vec_each).
   template <typename Term>
   TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* ahead = nullptr) {
+    vec_each_of<W, T>(d, term, ahead);
+  }
+  // each() for a scaled row's stores, without VCVTNEPS2BF16's subnormal
+  // check where `normal` (scaled_normal's verdict) allows it.
+  template <typename Term>
+  TIERKIT_ROW_INLINE static void each_scaled(bool normal, std::int64_t d, const Term& term, const T* ahead) {
+    if constexpr (kProvesNormal) {
+      if (normal) return vec_each_of<W, T, true>(d, term, ahead);
+    }
     vec_each_of<W, T>(d, term, ahead);
   }
   template <typename Term>
