@@ -83,7 +83,8 @@ struct RmsNormBody {
 
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, C* rstd, bool stream) {
-    const C w_floor = R::kProvesNormal ? weight_floor(p.w, d) : C(0);
+    C w_floor = 0;
+    if constexpr (R::kProvesNormal) w_floor = weight_floor(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const C ss = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
@@ -101,7 +102,8 @@ struct RmsNormBody {
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd,
                                              bool stream) {
-    const C w_floor = R::kProvesNormal ? weight_floor(p.w, d) : C(0);
+    C w_floor = 0;
+    if constexpr (R::kProvesNormal) w_floor = weight_floor(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       T* hr = h + r * d;

@@ -257,6 +257,31 @@ struct ScalarAt {
   TIERKIT_ROW_INLINE static void add(C* p, C v) { *p += v; }
 };
 
+// When a bfloat16 row's scaled stores may skip bf16_native's check. A row
+// scaled by s (RmsNormBody::scale) stores x * s, or x-hat * w with x-hat =
+// x * s (rounded to bfloat16 first under casting_mode "llama"). With x_floor
+// the row's smallest nonzero |x| and w_floor the weight's (1 without one),
+// x_floor * s * min(1, w_floor) * (1 - 2^-7) >= FLT_MIN proves none of them
+// subnormal: rounding is monotonic, FLT_MIN is a float and a bfloat16, and
+// 2^-7 covers x-hat's roundings (2^-8 to bfloat16, 2^-24 to float) and the
+// product's own (2^-53 in double). Zeros scale to zeros, infinities and NaNs
+// are not subnormal, and a NaN floor fails the test (the checked path).
+inline bool scaled_normal(float x_floor, float s, float w_floor) {
+  const double w = w_floor < 1.f ? static_cast<double>(w_floor) : 1.0;
+  return static_cast<double>(x_floor) * s * w * (1.0 - 1.0 / 128) >= static_cast<double>(FLT_MIN);
+}
+// The smallest nonzero |w| (NaNs and infinities skipped), +inf if none; 1
+// without a weight.
+template <typename C>
+inline C weight_floor(const C* w, std::int64_t d) {
+  if (!w) return C(1);
+  C m = std::numeric_limits<C>::infinity();
+  for (std::int64_t j = 0; j < d; ++j) {
+    const C a = std::fabs(w[j]);
+    if (a != C(0) && a < m) m = a;
+  }
+  return m;
+}
 // The vector rows: GCC only. Clang (core's fuzzers) rejects these generic
 // vectors across functions of another target and the written-out streaming
 // stores; there every type runs Rows<T>, which gives the same bits.
@@ -394,31 +419,6 @@ TIERKIT_ROW_INLINE typename W::F round_lanes(typename W::F v) {
     store_lanes<W>(t, v);
     return load_lanes<W>(t);
   }
-}
-// When a bfloat16 row's scaled stores may skip bf16_native's check. A row
-// scaled by s (RmsNormBody::scale) stores x * s, or x-hat * w with x-hat =
-// x * s (rounded to bfloat16 first under casting_mode "llama"). With x_floor
-// the row's smallest nonzero |x| and w_floor the weight's (1 without one),
-// x_floor * s * min(1, w_floor) * (1 - 2^-7) >= FLT_MIN proves none of them
-// subnormal: rounding is monotonic, FLT_MIN is a float and a bfloat16, and
-// 2^-7 covers x-hat's roundings (2^-8 to bfloat16, 2^-24 to float) and the
-// product's own (2^-53 in double). Zeros scale to zeros, infinities and NaNs
-// are not subnormal, and a NaN floor fails the test (the checked path).
-inline bool scaled_normal(float x_floor, float s, float w_floor) {
-  const double w = w_floor < 1.f ? static_cast<double>(w_floor) : 1.0;
-  return static_cast<double>(x_floor) * s * w * (1.0 - 1.0 / 128) >= static_cast<double>(FLT_MIN);
-}
-// The smallest nonzero |w| (NaNs and infinities skipped), +inf if none; 1
-// without a weight.
-template <typename C>
-inline C weight_floor(const C* w, std::int64_t d) {
-  if (!w) return C(1);
-  C m = std::numeric_limits<C>::infinity();
-  for (std::int64_t j = 0; j < d; ++j) {
-    const C a = std::fabs(w[j]);
-    if (a != C(0) && a < m) m = a;
-  }
-  return m;
 }
 // A bfloat16 row's smallest nonzero |x|, +inf if none, from the bits in
 // 16-bit lanes (twice W's lane count): |x| - 1 wraps a zero to 0xffff, above
