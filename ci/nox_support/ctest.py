@@ -16,11 +16,12 @@ from .tiers import TIERS
 class CTestBuild(NamedTuple):
     """One CMake test build of a tier: where, its CMake definitions (beyond
     the tier's own `cmake_args`, which switch its tests on), its targets (all
-    when empty)."""
+    when empty), the variables its commands add to the environment."""
 
     build_dir: Path
     cmake_args: tuple[str, ...]
     targets: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
     def steps(self, name: str) -> list[prebuild.Step]:
         """Configure and build it for tier `name`: the commands, so that
@@ -29,8 +30,8 @@ class CTestBuild(NamedTuple):
         configure = ["cmake", "-S", str(ROOT / tier.path), "-B", str(self.build_dir), "-G", "Ninja"]
         target_args = ["--target", *self.targets] if self.targets else []
         return [
-            ([*configure, *tier.cmake_args, *self.cmake_args, *compiler_cache.cmake_args()], {}),
-            (["cmake", "--build", str(self.build_dir), "-j", MAX_JOBS, *target_args], {}),
+            ([*configure, *tier.cmake_args, *self.cmake_args, *compiler_cache.cmake_args()], dict(self.env)),
+            (["cmake", "--build", str(self.build_dir), "-j", MAX_JOBS, *target_args], dict(self.env)),
         ]
 
 

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import nox
 
-from . import compiler_cache, prebuild
+from . import prebuild
+from .ctest import CTestBuild
 from .env import BUILD_DIR, MAX_JOBS, ROOT
 from .tiers import TIERS
 
@@ -146,13 +147,16 @@ SHARDS_DEFINE = f"-DTIERKIT_CORE_TEST_SHARDS={MAX_JOBS}"
 def _build_steps(
     build_dir, subset: bool, *cmake_args: str, env: dict[str, str] | None = None
 ) -> list[prebuild.Step]:
+    """Core's CTest build (ctest.py's, so the same configure) in Release, of the
+    subset's sources or all, as gtest shards."""
     sources = ";".join(SUBSET_SOURCES) if subset else ""
-    configure = [
-        "cmake", "-S", str(ROOT / TIERS["core"].path), "-B", str(build_dir), "-G", "Ninja",
-        *TIERS["core"].cmake_args, "-DCMAKE_BUILD_TYPE=Release",
-        f"-DTIERKIT_CORE_TEST_SOURCES={sources}", SHARDS_DEFINE, *cmake_args, *compiler_cache.cmake_args(),
-    ]  # fmt: skip
-    return [(configure, env or {}), (["cmake", "--build", str(build_dir), "-j", MAX_JOBS], env or {})]
+    defines = (
+        "-DCMAKE_BUILD_TYPE=Release",
+        f"-DTIERKIT_CORE_TEST_SOURCES={sources}",
+        SHARDS_DEFINE,
+        *cmake_args,
+    )
+    return CTestBuild(build_dir, defines, env=tuple((env or {}).items())).steps("core")
 
 
 AARCH64_DIR = BUILD_DIR / "core-aarch64"
