@@ -249,3 +249,20 @@ def test_self_timed_gets_the_same_calls_as_the_others(lib):
     )
     assert calls == [1, 1, 5, 1, 5]  # warm-up, then settle + sample per repetition
     assert samples["t"].seconds == [1e-6, 1e-6]
+
+
+def test_best_of_keeps_each_samples_fastest_run_and_leaves_self_timed_alone(monkeypatch):
+    from tierkit.bench import timing
+
+    # per_call's clock, faked: each run of a plain callable "takes" the next of these seconds.
+    runs = iter([9.0, 4.0, 6.0, 5.0, 7.0, 3.0])
+    monkeypatch.setattr(timing, "per_call", lambda fn, inner: next(runs))
+    limit_calls = []
+    samples = timing.interleaved(
+        {"op": lambda: None, "limit": timing.SelfTimed(lambda k: limit_calls.append(k) or 2.0)},
+        reps=2,
+        inner=1,
+        best_of=3,
+    )
+    assert samples["op"].seconds == [4.0, 3.0]  # min(9, 4, 6), min(5, 7, 3)
+    assert samples["limit"].seconds == [2.0, 2.0] and limit_calls == [1, 1, 1, 1, 1]  # its own best-of, once

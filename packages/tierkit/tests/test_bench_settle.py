@@ -60,6 +60,15 @@ def test_near_is_within_five_percent_of_a_numeric_threshold_either_side():
     assert not settle.near({**t, "measured": 0.8, "error": True}) and not settle.near({**t, "threshold": 0})
 
 
+def test_a_count_against_a_count_is_exact_not_near():
+    # "stock and patched each compiled >= 1 graph": 1 of 1 is met, and measuring it again changes nothing.
+    assert not settle.near({"threshold": 1, "measured": 1, "met": True})
+    assert not settle.near({"threshold": 20, "measured": 19, "met": False})
+    # A ratio that happens to equal an integer threshold is still a timing.
+    assert settle.near({"threshold": 1, "measured": 1.0, "met": True})
+    assert settle.near({"threshold": 1.0, "measured": 1, "met": True})
+
+
 def test_far_figures_are_not_measured_again():
     targets, calls = _run({"rows": FakeSection("rows", {"a": [0.95], "b": [0.5]})})
     assert calls == [] and "runs" not in targets["a"] and "settled" not in targets["b"]

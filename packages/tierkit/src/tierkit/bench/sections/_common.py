@@ -16,7 +16,10 @@ ALPHA, BETA = 2.0, 1.0
 
 # The first lines of the probes that compare an op with the copy limit (rows,
 # maps, gated activations): their arguments (repetitions, the cases as JSON,
-# whether to compile) and the timing helpers they share.
+# whether to compile) and the timing helpers they share. Each times every
+# implementation as the limit times itself, a sample the best of
+# stream_lib.BEST_OF runs (interleaved's best_of), so an op's fraction of the
+# limit compares like with like.
 PROBE_HEAD = """\
 import json, sys
 import torch, tierkit_torch
