@@ -297,6 +297,13 @@ TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
                                      st_s.data());
     EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_rms_norm d " << d;
     EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_rms_norm h, d " << d;
+    // h off its line (the in-place form's residual may be any view): y still streams, h is stored plainly.
+    std::vector<T> h_off(n + 1);
+    k::row_add_forward<k::RmsNorm>(x.data(), r.data(), pw, 1e-5, rows, d, y.p, h_off.data() + 1, st.data(),
+                                   k::PoolRunner{1});
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_rms_norm, h off its line, d " << d;
+    EXPECT_EQ(as_bits(std::vector<T>(h_off.begin() + 1, h_off.end())), as_bits(h_s))
+        << "add_rms_norm h off its line, d " << d;
     k::row_backward<k::RmsNorm>(g.data(), x.data(), pw, st.data(), rows, d, dx.p, dw.data(), nullptr,
                                 k::PoolRunner{1});
     k::RmsNorm::Rows<T>::backward(g.data(), x.data(), pwc.p, st_s.data(), d, 0, rows, dx_s.data(),

@@ -56,7 +56,7 @@ struct RmsNormBody {
   // (R::kProvesNormal: the row then converts to bfloat16 without the
   // subnormal check where scaled_normal proves there is none to find).
   TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C w_floor, C rs, std::int64_t d, T* y,
-                                       bool stream, bool round, const T* ahead) {
+                                       bool stream, bool round, NextRow<T> ahead) {
     bool normal = false;
     if constexpr (R::kProvesNormal) normal = R::scaled_normal(x, d, rs, w_floor);
     R::out_row(y, d, stream, [&](T* out, bool st) TIERKIT_ROW_LAMBDA {
@@ -106,13 +106,15 @@ struct RmsNormBody {
     if constexpr (R::kProvesNormal) w_floor = weight_floor(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
-      T* hr = h + r * d;
-      const C ss = R::sum_stored(
-          d, hr, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j) + L.ld(rr + j); },
-          [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv * hv; });
-      const C rs = rstd_of(ss, d, eps);
-      rstd[r] = rs;
-      scale(hr, p.w, w_floor, rs, d, y + r * d, stream, p.round_normalized, r + 1 < hi ? xr + d : nullptr);
+      R::staged_row(h + r * d, d, stream, [&](T* hr) TIERKIT_ROW_LAMBDA {
+        const C ss = R::sum_stored(
+            d, hr, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { return L.ld(xr + j) + L.ld(rr + j); },
+            [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv * hv; });
+        const C rs = rstd_of(ss, d, eps);
+        rstd[r] = rs;
+        scale(hr, p.w, w_floor, rs, d, y + r * d, stream, p.round_normalized,
+              r + 1 < hi ? NextRow<T>(xr + d, rr + d) : NextRow<T>());
+      });
     }
   }
 
@@ -204,7 +206,7 @@ struct LayerNormBody {
   // y = ((x - mean) * rstd) * w + b, each parameter if given, rounded once
   // (y may be x: an element is read before it is written).
   TIERKIT_ROW_INLINE static void scale(const T* x, RowParams<C> p, C mean, C rs, std::int64_t d, T* y,
-                                       bool stream, const T* ahead) {
+                                       bool stream, NextRow<T> ahead) {
     const C *w = p.w, *b = p.b;
     const auto xh = [&](auto L, std::int64_t j)
                         TIERKIT_ROW_LAMBDA { return (L.ld(x + j) - L.splat(mean)) * L.splat(rs); };
@@ -245,15 +247,17 @@ struct LayerNormBody {
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats,
                                              bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
-      T* hr = h + r * d;
-      const C sum = R::sum_stored(
-          d, hr,
-          [&, xr = x + r * d, rr = res + r * d](auto L, std::int64_t j)
-              TIERKIT_ROW_LAMBDA { return L.ld(xr + j) + L.ld(rr + j); },
-          [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv; });
-      C* s = stats + 2 * r;
-      moments(hr, sum, d, eps, s);
-      scale(hr, p, s[0], s[1], d, y + r * d, stream, r + 1 < hi ? x + (r + 1) * d : nullptr);
+      R::staged_row(h + r * d, d, stream, [&](T* hr) TIERKIT_ROW_LAMBDA {
+        const C sum = R::sum_stored(
+            d, hr,
+            [&, xr = x + r * d, rr = res + r * d](auto L, std::int64_t j)
+                TIERKIT_ROW_LAMBDA { return L.ld(xr + j) + L.ld(rr + j); },
+            [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv; });
+        C* s = stats + 2 * r;
+        moments(hr, sum, d, eps, s);
+        scale(hr, p, s[0], s[1], d, y + r * d, stream,
+              r + 1 < hi ? NextRow<T>(x + (r + 1) * d, res + (r + 1) * d) : NextRow<T>());
+      });
     }
   }
 

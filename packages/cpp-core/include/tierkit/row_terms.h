@@ -39,12 +39,12 @@ struct ScalarRowTerms {
   // (the scalar conversions have none).
   static constexpr bool kProvesNormal = false;
   template <typename Term>
-  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* = nullptr) {
+  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, NextRow<T> = {}) {
     TIERKIT_VECTORIZE_LOOP
     for (std::int64_t j = 0; j < d; ++j) term(At{}, j);
   }
   template <typename Term>
-  TIERKIT_ROW_INLINE static void each_scaled(bool, std::int64_t d, const Term& term, const T* ahead) {
+  TIERKIT_ROW_INLINE static void each_scaled(bool, std::int64_t d, const Term& term, NextRow<T> ahead) {
     each(d, term, ahead);
   }
   // Two sums from one pass, each in lane_sum's order: term(L, j, a, b).
@@ -92,6 +92,12 @@ struct ScalarRowTerms {
   TIERKIT_ROW_INLINE static void out_row(T* y, std::int64_t, bool, const Write& write) {
     write(y, false);
   }
+  // A row the body writes and then reads back (the fused add's h):
+  // use(row) writes and reads it; the scalar rows use `out` itself.
+  template <typename Use>
+  TIERKIT_ROW_INLINE static void staged_row(T* out, std::int64_t, bool, const Use& use) {
+    use(out);
+  }
   TIERKIT_ROW_INLINE static void prefetch(const void*) {}
   // The row's max (max_settled); -inf for an empty row.
   TIERKIT_ROW_INLINE static C max(const T* x, std::int64_t d) {
@@ -123,15 +129,16 @@ struct VecRowTerms {
     static_assert(kProvesNormal);
     return detail::scaled_normal(bf16_row_floor<W>(x, d), s, w_floor);
   }
-  // `ahead`: the next row's start, asked for a line at a time (vec_each).
+  // `ahead`: the next row's starts, asked for a line at a time (vec_each).
   template <typename Term>
-  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, const T* ahead = nullptr) {
+  TIERKIT_ROW_INLINE static void each(std::int64_t d, const Term& term, NextRow<T> ahead = {}) {
     vec_each_of<W, T>(d, term, ahead);
   }
   // each() for a scaled row's stores, without VCVTNEPS2BF16's subnormal
   // check where `normal` (scaled_normal's verdict) allows it.
   template <typename Term>
-  TIERKIT_ROW_INLINE static void each_scaled(bool normal, std::int64_t d, const Term& term, const T* ahead) {
+  TIERKIT_ROW_INLINE static void each_scaled(bool normal, std::int64_t d, const Term& term,
+                                             NextRow<T> ahead) {
     if constexpr (kProvesNormal) {
       if (normal) return vec_each_of<W, T, true>(d, term, ahead);
     }
@@ -162,6 +169,23 @@ struct VecRowTerms {
       }
     }
     write(y, stream);
+  }
+  // A row the body writes and then reads back (the fused add's h): where the
+  // call streams (row_streams) and `out` allows it (64-byte aligned: the
+  // in-place form's h is the caller's residual), use(row) runs on a stack
+  // row and the row leaves a whole line at a time afterwards. Stored plainly,
+  // each line of h was read before it was written: a fifth pass over memory
+  // in a kernel of four (add_rms_norm float32 [4096, 4096], one thread on
+  // the AVX-512 Xeon, 0.59 of the copy limit).
+  template <typename Use>
+  TIERKIT_ROW_INLINE static void staged_row(T* out, std::int64_t d, bool stream, const Use& use) {
+    if (stream && d <= kStreamRow16 && reinterpret_cast<std::uintptr_t>(out) % 64 == 0) {
+      StreamRow<T> row;
+      use(row.p);
+      stream_row<W>(row.p, out, d);
+      return;
+    }
+    use(out);
   }
   TIERKIT_ROW_INLINE static void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
   // ScalarRowTerms::max's value: the lanes' maxima, then the tail's and the
