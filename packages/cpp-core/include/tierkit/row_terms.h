@@ -175,7 +175,7 @@ struct VecRowTerms {
   // in-place form's h is the caller's residual), use(row) runs on a stack
   // row and the row leaves a whole line at a time afterwards. Stored plainly,
   // each line of h was read before it was written: a fifth pass over memory
-  // in a kernel of four (add_rms_norm float32 [4096, 4096], one thread on
+  // in a kernel of four (the RMSNorm residual form, float32 [4096, 4096], one thread on
   // the AVX-512 Xeon, 0.59 of the copy limit).
   template <typename Use>
   TIERKIT_ROW_INLINE static void staged_row(T* out, std::int64_t d, bool stream, const Use& use) {

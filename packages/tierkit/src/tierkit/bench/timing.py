@@ -69,7 +69,7 @@ def interleaved(
     times its own (stream_lib.BEST_OF). A section that reads an op against
     the copy limit passes it, so both sides of the ratio are taken the same
     way: a single call right after another implementation still pays for
-    the caches that one left (rms_norm, float32 [4096, 4096], Xeon: 4.2 ms
+    the caches that one left (RMSNorm, float32 [4096, 4096], Xeon: 4.2 ms
     as one call, 2.7 ms as the best of 3, against the limit's 2.5 ms)."""
     for fn in impls.values():
         for _ in range(warmup):
