@@ -98,19 +98,26 @@ def test_two_threads_run_native_calls_at_once(single_threaded_kernels):
 
     ours(0)  # warm
     # A held GIL cannot lift the ratio much above 1, so the best of a few
-    # trials cannot pass falsely.
+    # trials cannot pass falsely. Each trial runs ours between two baseline
+    # runs, and only a trial whose baselines both kept two CPUs busy can
+    # fail it: the load of a shared machine changes within a trial (CI once
+    # gave ours 0.93 and hashlib 1.53 in one trial, both under 1 in the next
+    # four, while compiles ran beside it).
     trials = []
     for _ in range(5):
-        trials.append((cpu_per_wall(ours), cpu_per_wall(baseline)))
-        if trials[-1][0] > 1.5:
+        before = cpu_per_wall(baseline)
+        trials.append((before, cpu_per_wall(ours), cpu_per_wall(baseline)))
+        if trials[-1][1] > 1.5:
             break
     expected = (a.astype(np.float32) * a.astype(np.float32) + 1.0).astype(np.float16)
     np.testing.assert_array_equal(outs[0], expected)
     np.testing.assert_array_equal(outs[1], expected)
-    if max(t[0] for t in trials) > 1.5:
+    if max(t[1] for t in trials) > 1.5:
         return
-    if max(t[1] for t in trials) < 1.5:
+    conclusive = [t for t in trials if min(t[0], t[2]) > 1.5]
+    if len(conclusive) < 2:
         pytest.skip(
-            f"the machine is busy: even hashlib's two threads used {trials} CPU s per wall s (ours, hashlib)"
+            "the machine is busy: fewer than two trials had hashlib's two threads on two CPUs before and after "
+            f"ours; CPU s per wall s (hashlib, ours, hashlib): {trials}"
         )
-    raise AssertionError(f"CPU seconds per wall second with two threads (ours, hashlib's): {trials}")
+    raise AssertionError(f"CPU seconds per wall second with two threads (hashlib, ours, hashlib): {trials}")
