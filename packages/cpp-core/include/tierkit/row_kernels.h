@@ -291,8 +291,8 @@ struct NextRow {
   const T* a = nullptr;
   const T* b = nullptr;
   NextRow() = default;
-  NextRow(std::nullptr_t) {}  // NOLINT: implicit, as a pointer
-  NextRow(const T* first, const T* second = nullptr) : a(first), b(second) {}  // NOLINT
+  // NOLINTNEXTLINE: implicit, as a pointer
+  NextRow(const T* first, const T* second = nullptr) : a(first), b(second) {}
 };
 // The vector rows: GCC only. Clang (core's fuzzers) rejects these generic
 // vectors across functions of another target and the written-out streaming
