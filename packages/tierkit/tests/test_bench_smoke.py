@@ -3,6 +3,7 @@ why it is skipped), the JSON has the documented shape, the report and plots
 exist. No timing thresholds: benchmarks are not tests."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -139,3 +140,29 @@ def test_the_limit_is_compiled_and_its_regime_named(quick_run):
         "torch loop",
         "bridge out= scale_shift",
     }
+
+
+def test_the_jit_build_leaves_nothing_in_the_report_folder(tmp_path, monkeypatch):
+    """The dispatch section's JIT build is scratch: a committed report folder
+    once carried its objects. The build itself is stubbed; where it ran is what
+    is checked."""
+    for module in NEEDS:
+        pytest.importorskip(module)
+    from tierkit.bench.sections import Config, dispatch
+
+    seen = {}
+
+    def fake_run(argv, **kwargs):
+        build = argv[3]
+        seen["build"], seen["existed"] = build, os.path.isdir(build)
+        out = json.dumps({"aten.add.Tensor": [1e-6] * 3, "JIT-built custom_add": [1e-6] * 3})
+        return subprocess.CompletedProcess(argv, 0, stdout=out + "\n", stderr="")
+
+    monkeypatch.setattr(dispatch.subprocess, "run", fake_run)
+    out = tmp_path / "report"
+    out.mkdir()
+    rows = dispatch.measure(Config(quick=False, out_dir=str(out), log=lambda *_: None))
+    assert seen["existed"] and not seen["build"].startswith(str(out))
+    assert not os.path.exists(seen["build"])  # removed after the build
+    assert list(out.iterdir()) == []
+    assert any(r.get("impl") == "JIT-built custom_add" and "median_s" in r for r in rows)

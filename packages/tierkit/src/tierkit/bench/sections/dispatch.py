@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 from ..timing import Samples, interleaved
@@ -64,14 +65,14 @@ def measure(cfg: Config) -> list[dict]:
         )
         return rows
     cfg.log("dispatch: JIT build in a subprocess")
-    build = os.path.join(cfg.out_dir, "jit-build")
-    os.makedirs(build, exist_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-c", JIT_PROBE, build, str(cfg.reps)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TIERKIT_TORCH_JIT": "1"},
-    )
+    # The build folder is scratch: under --out it would land in the committed report.
+    with tempfile.TemporaryDirectory(prefix="tierkit-jit-build-") as build:
+        proc = subprocess.run(
+            [sys.executable, "-c", JIT_PROBE, build, str(cfg.reps)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TIERKIT_TORCH_JIT": "1"},
+        )
     if proc.returncode != 0:
         rows.append(
             {
