@@ -42,8 +42,12 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
         else:
             aten = getattr(F, name)  # torch.nn.functional.<name>(x, (d,), *params, eps)
         LAST = -1 if entry.has_dim else EPS  # the op's last argument: its dim, or eps
-        for rows_, d in shapes:
-            for dtype in (torch.float32, torch.bfloat16):
+        for case in shapes:
+            rows_, d = case[:2]
+            # The width sweep (goal 3, rows of any width): the forward in float32 beside the copy limit only.
+            sweep = case[2:] == ["widths"]
+            peers = with_compile and not sweep
+            for dtype in (torch.float32,) if sweep else (torch.float32, torch.bfloat16):
                 g = torch.Generator().manual_seed(0)
                 x = torch.randn(rows_, d, generator=g).to(dtype)
                 r = torch.randn(rows_, d, generator=g).to(dtype)
@@ -52,7 +56,7 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                 h = torch.empty_like(x)
                 xg = x.clone().requires_grad_()
                 pg = [p.clone().requires_grad_() for p in ps]
-                comp = torch.compile(lambda a, *q: aten(a, (d,), *q, EPS)) if with_compile else None
+                comp = torch.compile(lambda a, *q: aten(a, (d,), *q, EPS)) if peers else None
 
                 def both(fn):
                     def run():
@@ -90,12 +94,14 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                         hf = CAST[mode]
                         impls[f"HF {mode} eager (THP)"] = lambda hf=hf: hf(x, ps[0])
                         refs[f"HF {mode} eager (THP)"] = mine
-                        if with_compile:
+                        if peers:
                             c = torch.compile(hf)
                             c(x, ps[0])
                             impls[f"HF {mode} torch.compile (THP)"] = lambda c=c: c(x, ps[0])
                             refs[f"HF {mode} torch.compile (THP)"] = mine
-                if ort_peer.available():
+                if sweep:
+                    impls, at = {"torch op fwd": impls["torch op fwd"]}, {"torch op fwd": at["torch op fwd"]}
+                elif ort_peer.available():
                     # onnxruntime's kernels, outputs bound to preallocated tensors; checked against ours
                     # once, so a wrong peer is not a fast one.
                     threads = torch.get_num_threads()
@@ -147,8 +153,14 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
 """)
 
 
-def shapes(cfg: Config) -> list[list[int]]:
-    return [[1024, 1024]] if cfg.quick else [[4096, 4096], [16384, 1024]]
+# The shapes every peer is measured at; the width sweep adds d = 2048 and 8192
+# at the same 2^24 elements (float32 forward only: goal 3 of the performance issue).
+SHAPES = ([4096, 4096], [16384, 1024])
+WIDTHS = ([8192, 2048], [2048, 8192])
+
+
+def shapes(cfg: Config) -> list[list]:
+    return [[1024, 1024]] if cfg.quick else [*map(list, SHAPES), *([*s, "widths"] for s in WIDTHS)]
 
 
 def measure(cfg: Config) -> list[dict]:
@@ -174,7 +186,9 @@ def markdown(results: dict) -> list[str]:
         "mode costs (1.00x: nothing); the models' own norms (HF) are paired against the op in their mode. "
         "The copy limit's bandwidth applies to every pass over memory: the forward makes 2 (x read, y "
         "written), the fused add 4 (x, r; y, h), forward + backward 5 (x, y; dy, x, dx), so a tierkit op's "
-        "fraction of the limit is the limit's time for that many passes over its own.",
+        "fraction of the limit is the limit's time for that many passes over its own. The shapes [8192, 2048] "
+        "and [2048, 8192] are the width sweep: the same 2^24 elements in rows of other widths, the float32 "
+        "forward only, beside the copy limit.",
     ]
 
 
@@ -197,7 +211,7 @@ def targets(results: dict) -> list[dict]:
         ]
         if entry.fused_add:
             peers += [("x + r (into a preallocated h), then torch op", 1.15), ("onnxruntime fused add", 1.2)]
-        for rows_, d in ([4096, 4096], [16384, 1024]):
+        for rows_, d in SHAPES + WIDTHS:  # a sweep shape has the float32 forward only
             for dtype in ("float32", "bfloat16"):
                 where = f"[{rows_}, {d}] {dtype}"
                 mine = [r for r in rows if r.get("op") == entry.name]
