@@ -159,6 +159,57 @@ TYPED_TEST(LayerNorm, ForwardAndBackwardMatchReference) {
   }
 }
 
+// The moments are taken about the mean of a row's first 64 elements, in one
+// pass, unless that point lies too far from the row's mean; then a second
+// pass about the mean found. Rows of each kind, in each dtype: the
+// reference's accuracy, and the scalar rows' bits at this run's level.
+TYPED_TEST(LayerNorm, RowsWhoseFirstElementsAreNotTypicalKeepTheirAccuracy) {
+  using T = TypeParam;
+  using Scalar = k::LayerNorm::Rows<T>;
+  for (const std::int64_t d : {300, 4097}) {
+    const std::int64_t rows = 4;
+    std::vector<T> x = random_vec<T>(rows * d, 30 + d, 1.f, 3.f);                 // row 0: typical, one pass
+    for (std::int64_t j = 0; j < 64; ++j) x[d + j] = to_t<T>(ld(x[d + j]) + 40);  // row 1: first 64 apart
+    x[2 * d] = to_t<T>(200.L);                                                    // row 2: one outlier first
+    const auto far = random_vec<T>(d, 31 + d, 0.5f, 1000.f);                      // row 3: |mean| >> std
+    std::copy(far.begin(), far.end(), x.begin() + 3 * d);
+    const auto dy = random_vec<T>(rows * d, 32 + d);
+    const Ref ref = reference<T>(x, dy, nullptr, nullptr, 1e-5, rows, d);
+    // Row 1 is the second pass's: its first 64 elements' mean lies further
+    // than std / sqrt(8) from the row's (the bound in moments). Row 2 is too
+    // where the outlier is most of the row's variance (d 4097), not at 300.
+    const auto apart = [&](std::int64_t i) {
+      long double k0 = 0;
+      for (std::int64_t j = 0; j < 64; ++j) k0 += ld(x[i * d + j]);
+      const long double off = k0 / 64 - ref.mean[i];
+      return off * off * ref.rstd[i] * ref.rstd[i] > 1.0L / 8;
+    };
+    EXPECT_TRUE(apart(1)) << "d " << d;
+    EXPECT_EQ(apart(2), d == 4097) << "d " << d;
+    std::vector<T> y(x.size()), y_s(x.size());
+    std::vector<C<T>> st(2 * rows), st_s(2 * rows);
+    k::row_forward<k::LayerNorm>(x.data(), k::RowParams<T>{}, 1e-5, rows, d, y.data(), st.data(),
+                                 k::PoolRunner{1});
+    Scalar::forward(x.data(), k::RowParams<C<T>>{}, static_cast<C<T>>(1e-5), d, 0, rows, y_s.data(),
+                    st_s.data());
+    EXPECT_EQ(as_bits(y), as_bits(y_s)) << "d " << d;
+    EXPECT_EQ(as_bits(st), as_bits(st_s)) << "d " << d;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      EXPECT_LE(std::fabs(st[2 * i] - ref.mean[i]), 16 * eps_c<T>() * (std::fabs(ref.mean[i]) + 1))
+          << "mean, row " << i << " d " << d;
+      EXPECT_LE(std::fabs(st[2 * i + 1] - ref.rstd[i]), 16 * eps_c<T>() * ref.rstd[i])
+          << "rstd, row " << i << " d " << d;
+      for (std::int64_t j = 0; j < d; ++j) {
+        const std::size_t e = static_cast<std::size_t>(i * d + j);
+        // mean's own rounding to C, times rstd, is in y: row 3's most.
+        const long double scale = 8 * (1 + std::fabs(ref.y[e]) + std::fabs(ref.mean[i]) * ref.rstd[i]);
+        ASSERT_TRUE(close<T>(ld(y[e]), ref.y[e], scale, 8))
+            << "y, row " << i << " col " << j << " d " << d << ": " << ld(y[e]) << " vs " << ref.y[e];
+      }
+    }
+  }
+}
+
 template <typename T, typename Runner>
 std::vector<std::vector<std::uint64_t>> all_outputs(std::int64_t rows, std::int64_t d, const Runner& run) {
   const auto x = shifted<T>(rows * d, 8, 2.f), dy = random_vec<T>(rows * d, 9),

@@ -45,17 +45,19 @@ struct RmsNormRowsF {
   __device__ static C dx(C g, C xh, C, C c, const C* s, C) { return mul_rn(add_rn(g, -mul_rn(xh, c)), s[0]); }
 };
 
-// LayerNorm: core's LayerNormRows::moments (tierkit/row_functors.h), term
-// for term and rounding for rounding: mean0 = sum(x) / d; with v = x - mean0,
-// shift = sum(v) / d, mean = mean0 + shift (exact for a constant row) and
-// var = max(0, sum(v^2) / d - shift^2) (the corrected two-pass variance of
-// Chan, Golub and LeVeque: no cancellation when |mean| >> std);
-// rstd = 1 / sqrt(var + eps); x-hat = (x - mean) * rstd,
+// LayerNorm: core's LayerNormBody statistics (tierkit/row_functors.h) with
+// its roundings, about the plain mean: mean0 = sum(x) / d; with
+// v = x - mean0, shift = sum(v) / d, mean = mean0 + shift (exact for a
+// constant row) and var = max(0, sum(v^2) / d - shift^2) (the corrected
+// two-pass variance of Chan, Golub and LeVeque: no cancellation when
+// |mean| >> std); rstd = 1 / sqrt(var + eps); x-hat = (x - mean) * rstd,
 // dx = ((g - a) - x-hat * c) * rstd. What is not the CPU's: the order of each
 // sum (per-thread strided partials, then a shuffle tree; the CPU adds lanes
-// in a fixed order), so mean and rstd agree with the CPU's within the compute
-// type's rounding of a d-term sum, not bit for bit; and sum(v) and sum(v^2)
-// are two passes over the row here (one on the CPU), the same terms.
+// in a fixed order) and the point: the CPU sums about the mean of the row's
+// first 64 elements in the pass that reads the row from memory, and about
+// the mean it found only where that point is too far from it. So mean and
+// rstd agree with the CPU's within the compute type's rounding of a d-term
+// sum, not bit for bit.
 template <typename C>
 struct LayerNormRowsF {
   static constexpr int kStats = 2;
