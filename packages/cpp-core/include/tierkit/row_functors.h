@@ -301,14 +301,16 @@ struct LayerNormBody {
                              TIERKIT_ROW_LAMBDA { return (L.ld(xr + j) - L.splat(mean)) * L.splat(rs); };
       const auto g_of = [&](auto L, std::int64_t j)
                             TIERKIT_ROW_LAMBDA { return w ? L.ld(gr + j) * L.ld(w + j) : L.ld(gr + j); };
-      if (dwp || dbp) {
-        R::each(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-          const auto g0 = L.ld(gr + j);
-          if (dwp) L.add(dwp + j, g0 * xh_of(L, j));
-          if (dbp) L.add(dbp + j, g0);
-        });
+      if (!dx) {
+        if (dwp || dbp) {
+          R::each(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+            const auto g0 = L.ld(gr + j);
+            if (dwp) L.add(dwp + j, g0 * xh_of(L, j));
+            if (dbp) L.add(dbp + j, g0);
+          });
+        }
+        continue;
       }
-      if (!dx) continue;
       const C n = static_cast<C>(d);
       // mean(g) and mean(g * x-hat) from one pass.
       const Sums2<C> ac = R::sum2(d, [&](auto L, std::int64_t j, auto& a, auto& b) TIERKIT_ROW_LAMBDA {
@@ -317,14 +319,20 @@ struct LayerNormBody {
       });
       const C a = ac.a / n, c = ac.b / n;
       T* dxr = dx + r * d;
-      // dx may be dy or x exactly (element j reads only element j). The
-      // next row's dy (each's ahead) and x, asked for during this last pass.
+      // dx may be dy or x exactly (element j reads only element j, before
+      // dx_j is stored). dw's and db's terms are added in this pass too, as
+      // RMSNorm's are: a pass of their own over dy and x was a third pass a
+      // row. The next row's dy (each's ahead) and x, asked for here.
       const T* next_x = r + 1 < hi ? xr + d : nullptr;
       R::each(
           d,
           [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
             if (next_x) R::prefetch(next_x + j);
-            L.st(dxr + j, ((g_of(L, j) - L.splat(a)) - xh_of(L, j) * L.splat(c)) * L.splat(rs), stream);
+            const auto g0 = L.ld(gr + j), xh = xh_of(L, j);
+            if (dwp) L.add(dwp + j, g0 * xh);
+            if (dbp) L.add(dbp + j, g0);
+            const auto g = w ? g0 * L.ld(w + j) : g0;
+            L.st(dxr + j, ((g - L.splat(a)) - xh * L.splat(c)) * L.splat(rs), stream);
           },
           r + 1 < hi ? gr + d : nullptr);
     }
