@@ -221,8 +221,12 @@ struct LayerNormBody {
     finish(mean0, s.a / n, s.b / n, eps, stats);
   }
 
-  // mean = k + shift, var = second - shift^2: exact for a constant row
-  // about its own value, and within an ulp of the row's mean otherwise.
+  // mean = k + shift, var = second - shift^2. The mean is corrected by the
+  // mean of what is left (x - k), not taken as sum / n: that rounds, and in a
+  // row whose spread is small against its mean the rounding, times rstd,
+  // would be the whole output (a constant row of 128.23 in float32 gave
+  // 0.005 for 0). Exact for a constant row, within an ulp of the mean
+  // otherwise.
   TIERKIT_ROW_INLINE static void finish(C k, C shift, C second, C eps, C* stats) {
     stats[0] = k + shift;
     stats[1] = C(1) / std::sqrt(std::max(C(0), second - shift * shift) + eps);
@@ -268,8 +272,8 @@ struct LayerNormBody {
   // h = T(x + residual) row by row (h may be residual: an element's inputs
   // are read before its h is written), then the forward's moments and scale
   // on the row of h in cache: the same bits as the forward of h. The stored
-  // pass's own sum goes unused (the compiler drops it): the moments are
-  // taken about the mean of h's first elements, as the forward's are.
+  // pass's own sum goes unused: the moments are taken about the mean of h's
+  // first elements, as the forward's are.
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats,
                                              bool stream) {
