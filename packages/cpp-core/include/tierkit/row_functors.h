@@ -271,19 +271,16 @@ struct LayerNormBody {
 
   // h = T(x + residual) row by row (h may be residual: an element's inputs
   // are read before its h is written), then the forward's moments and scale
-  // on the row of h in cache: the same bits as the forward of h. The stored
-  // pass's own sum goes unused: the moments are taken about the mean of h's
-  // first elements, as the forward's are.
+  // on the row of h in cache: the same bits as the forward of h (its
+  // moments are taken about the mean of h's first elements, so the pass
+  // that writes h sums nothing).
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats,
                                              bool stream) {
     for (std::int64_t r = lo; r < hi; ++r) {
       R::staged_row(h + r * d, d, stream, [&](T* hr) TIERKIT_ROW_LAMBDA {
-        (void)R::sum_stored(
-            d, hr,
-            [&, xr = x + r * d, rr = res + r * d](auto L, std::int64_t j)
-                TIERKIT_ROW_LAMBDA { return L.ld(xr + j) + L.ld(rr + j); },
-            [](auto, auto hv) TIERKIT_ROW_LAMBDA { return hv; });
+        R::each(d, [&, xr = x + r * d, rr = res + r * d](auto L, std::int64_t j)
+                       TIERKIT_ROW_LAMBDA { L.st(hr + j, L.ld(xr + j) + L.ld(rr + j)); });
         C* s = stats + 2 * r;
         moments(hr, d, eps, s);
         scale(hr, p, s[0], s[1], d, y + r * d, stream,
