@@ -42,7 +42,8 @@ def _run(sections: dict[str, FakeSection], budget_s: float = 1e9, clock=None):
 
     calls = []
 
-    def remeasure(name, run):
+    def remeasure(name, run, cases):
+        assert cases is None  # these fake sections name no cases
         calls.append((name, run))
         return {"rows": [{"run": run}]}
 
@@ -140,7 +141,7 @@ def test_the_quickest_sections_are_measured_again_first():
     }
     calls = []
 
-    def remeasure(name, run):
+    def remeasure(name, run, cases):
         calls.append(name)
         return {"rows": [{"run": run}], "seconds": 1.0}
 
@@ -174,3 +175,125 @@ def test_a_stored_runs_settle_record_survives_evaluating_its_targets_again():
     assert (
         out[1:] == evaluated[1:]
     )  # no record, another figure (today's code measures otherwise), a new target
+
+
+class CaseSection:
+    """A section of two fields per case (op, dtype), one target per case:
+    its figure is the case's row's "figure", which each measurement sets
+    from a script per case and run."""
+
+    CASE_FIELDS = ("op", "dtype")
+
+    def __init__(self, name: str, script: dict[tuple[str, str], list[float]]):
+        self.name, self.script = name, script
+
+    def rows(self, run: int, only: list[dict] | None) -> list[dict]:
+        out = []
+        for (op, dtype), figures in self.script.items():
+            if only is None or {"op": op, "dtype": dtype} in only:
+                for impl in ("mine", "peer"):
+                    out.append(
+                        {"op": op, "dtype": dtype, "impl": impl, "run": run, "figure": figures[run - 1]}
+                    )
+        return out
+
+    def targets(self, results: dict) -> list[dict]:
+        out = []
+        for r in results["sections"][self.name]["rows"]:
+            if r["impl"] == "mine":
+                m = r["figure"]
+                t = {"target": f"{r['op']} {r['dtype']}", "threshold": 0.8, "measured": m, "met": m >= 0.8}
+                out.append({**t, "detail": "", "case": {"op": r["op"], "dtype": r["dtype"]}})
+        return out
+
+
+def _run_cases(section: CaseSection, seconds: float, budget_s: float = 1e9):
+    results = {"sections": {section.name: {"rows": section.rows(1, None), "seconds": seconds}}}
+    calls = []
+
+    def remeasure(name, run, cases):
+        calls.append((name, run, cases))
+        return {"rows": section.rows(run, cases), "seconds": 1.0, "skipped": None}
+
+    def evaluate(r):
+        return section.targets(r)
+
+    results["targets"] = evaluate(results)
+    logged = []
+    settle.settle(results, {section.name: section}, remeasure, evaluate, logged.append, budget_s=budget_s)
+    return results, calls, logged
+
+
+def test_a_section_that_names_its_cases_is_measured_again_in_its_near_cases_only():
+    section = CaseSection(
+        "rows",
+        {("rms", "float32"): [0.95, 0.5], ("rms", "bf16"): [0.79, 0.81, 0.82], ("ln", "bf16"): [0.5, 0.9]},
+    )
+    results, calls, _ = _run_cases(section, seconds=30.0)
+    assert calls == [
+        ("rows", 2, [{"op": "rms", "dtype": "bf16"}]),
+        ("rows", 3, [{"op": "rms", "dtype": "bf16"}]),
+    ]
+    targets = {t["target"]: t for t in results["targets"]}
+    assert targets["rms bf16"]["runs"] == [0.79, 0.81, 0.82] and targets["rms bf16"]["settled"] is True
+    # The far cases keep their first rows (in their first places), not the script's later figures.
+    rows = results["sections"]["rows"]["rows"]
+    assert [(r["op"], r["dtype"], r["run"]) for r in rows] == [
+        ("rms", "float32", 1), ("rms", "float32", 1), ("rms", "bf16", 3), ("rms", "bf16", 3), ("ln", "bf16", 1),
+        ("ln", "bf16", 1),
+    ]  # fmt: skip
+    assert targets["rms float32"]["measured"] == 0.95 and targets["ln bf16"]["measured"] == 0.5
+    # The section's seconds stay its first measurement's; each measurement again is recorded.
+    entry = results["sections"]["rows"]
+    assert entry["seconds"] == 30.0 and [m["run"] for m in entry["remeasured"]] == [2, 3]
+
+
+def test_a_measurement_again_that_would_overrun_the_budget_is_passed_over():
+    # Two near cases of three: expected 90 s x 2 repetitions x 2/3 = 120 s.
+    section = CaseSection(
+        "rows", {("a", "f"): [0.79, 0.79], ("b", "f"): [0.81, 0.81], ("c", "f"): [0.5, 0.5]}
+    )
+    _, calls, logged = _run_cases(section, seconds=90.0, budget_s=119.0)
+    assert calls == [] and "takes ~120 s, 119 s of the 119 s budget left" in logged[0]
+    _, calls, _ = _run_cases(section, seconds=90.0, budget_s=121.0)
+    assert calls == [("rows", 2, [{"op": "a", "dtype": "f"}, {"op": "b", "dtype": "f"}])]
+
+
+def test_merge_rows_replaces_the_measured_cases_in_place_and_keeps_a_case_that_came_back_empty():
+    old = [{"op": "a", "v": 1}, {"op": "b", "v": 1}, {"op": "a", "v": 2}, {"op": "c", "v": 1}, {"note": "x"}]
+    new = [{"op": "a", "v": 10}, {"op": "a", "v": 20}, {"op": "b", "v": 99}]
+    got = settle.merge_rows(old, new, [{"op": "a"}, {"op": "c"}], ("op",))
+    # b was not asked for: its old row stays though the new run had one; c came back empty: kept.
+    assert got == [
+        {"op": "a", "v": 10},
+        {"op": "a", "v": 20},
+        {"op": "b", "v": 1},
+        {"op": "c", "v": 1},
+        {"note": "x"},
+    ]
+
+
+def test_a_case_is_wanted_by_any_of_its_fields_given():
+    only = [{"model": "llama", "cell": "decode", "how": "compiled", "dtype": "bfloat16"}]
+    assert settle.case_wanted(None, {"model": "qwen3"})
+    assert settle.case_wanted(only, {"model": "llama", "dtype": "bfloat16"})  # before the model is built
+    assert not settle.case_wanted(only, {"model": "llama", "dtype": "float32"})
+    assert not settle.case_wanted(
+        only, {"model": "llama", "cell": "decode", "how": "eager", "dtype": "bfloat16"}
+    )
+
+
+def test_the_expected_time_of_some_cases_counts_their_own_seconds_and_the_section_outside_them():
+    section = CaseSection("rows", {})
+    rows = [
+        {"op": "a", "dtype": "f", "case_seconds": 30.0},
+        {"op": "a", "dtype": "f", "case_seconds": 30.0},  # a case's rows share its seconds
+        {"op": "b", "dtype": "f", "case_seconds": 5.0},
+    ]
+    entry = {"rows": rows, "seconds": 45.0}  # 10 s outside the cases (the probe's start)
+    assert settle._expected_seconds(entry, section, [{"op": "b", "dtype": "f"}]) == 10.0 + 2 * 5.0
+    assert settle._expected_seconds(entry, section, [{"op": "a", "dtype": "f"}]) == 10.0 + 2 * 30.0
+    assert settle._expected_seconds(entry, section, None) == 2 * 45.0
+    # Rows without their seconds: the cases' share.
+    plain = {"rows": [{k: v for k, v in r.items() if k != "case_seconds"} for r in rows], "seconds": 45.0}
+    assert settle._expected_seconds(plain, section, [{"op": "b", "dtype": "f"}]) == 2 * 45.0 / 2

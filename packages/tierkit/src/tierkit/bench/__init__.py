@@ -23,8 +23,8 @@ def run(quick: bool, out_dir: str, log=None, cold_builds: bool = False) -> dict:
     results["targets"] = targets.evaluate(results)
     if not quick:  # --quick measures no target's own shape: nothing to settle
 
-        def remeasure(name: str, run: int) -> dict:
-            return _measure(name, dataclasses.replace(cfg, repeat=2))
+        def remeasure(name: str, run: int, cases: list[dict] | None) -> dict:
+            return _measure(name, dataclasses.replace(cfg, repeat=settle.REPEAT, only=cases))
 
         settle.settle(results, SECTIONS, remeasure, targets.evaluate, log)
     return results

@@ -21,11 +21,14 @@ ALPHA, BETA = 2.0, 1.0
 # stream_lib.BEST_OF runs (interleaved's best_of), so an op's fraction of the
 # limit compares like with like.
 PROBE_HEAD = """\
-import json, sys
+import json, sys, time
 import torch, tierkit_torch
 from tierkit.bench import stream_lib
+from tierkit.bench.settle import case_wanted
 from tierkit.bench.timing import in_cache_seconds_per_unit, inner_for, interleaved, paired_ratio, roof_fields
 reps, cases, with_compile = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "1"
+only = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None  # the cases measured again (settle.py)
+wanted = lambda **key: case_wanted(only, key)
 """
 
 
@@ -40,6 +43,8 @@ class Config:
     log: Callable[[str], None] = print
     cold_builds: bool = False  # --cold-builds: time the torch tiers' cold builds (minutes)
     repeat: int = 1  # a section measured again (settle.py): this many times the repetitions
+    # A section measured again in some of its cases (settle.py): their CASE_FIELDS values.
+    only: list[dict] | None = None
 
     @property
     def reps(self) -> int:
@@ -102,6 +107,13 @@ def pick(rows, **match):
 
 def target(name, threshold, measured, met, detail=""):
     return {"target": name, "threshold": threshold, "measured": measured, "met": met, "detail": detail}
+
+
+def in_case(targets: list[dict], case: dict) -> list[dict]:
+    """`targets` tagged with the case whose rows they are made of (a
+    section's CASE_FIELDS values), so that settle.py can measure that case
+    again alone."""
+    return [{**t, "case": case} for t in targets]
 
 
 def per_call_target(name: str, goal: float, ours: dict, theirs: dict) -> dict:

@@ -22,6 +22,8 @@ def measure_entries(
         raise Skip(f"this tierkit_torch has no {', '.join(missing)}")
     # --quick: no torch.compile peers (~10 s a graph; --quick measures no target's shape)
     args = [str(cfg.reps), json.dumps(cases), "0" if cfg.quick else "1"]
+    if cfg.only is not None:
+        args.append(json.dumps(cfg.only))
     return thp_probe_rows(section, probe, args, what, timeout=3600)
 
 

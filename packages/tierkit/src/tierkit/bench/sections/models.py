@@ -8,11 +8,15 @@ bfloat16. Needs transformers (the tierkit-torch[transformers] extra)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import textwrap
 
-from ._common import Config, Skip, need, pick, table, target, thp_probe_rows, timed, timed_rows
+from ._common import Config, Skip, in_case, need, pick, table, target, thp_probe_rows, timed, timed_rows
 
 TITLE = "Models: patched against stock, eager and compiled"
+
+# What one measurement shares (stock and patched, paired): settle.py measures a case again alone.
+CASE_FIELDS = ("model", "cell", "how", "dtype")
 
 PROBE = textwrap.dedent("""
     import copy, json, os, sys, time, warnings
@@ -21,7 +25,10 @@ PROBE = textwrap.dedent("""
     import transformers
     from torch._dynamo.utils import counters
     from tierkit.bench.timing import inner_for, interleaved, paired_ratio
+    from tierkit.bench.settle import case_wanted
     reps, quick, with_compile = int(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1"
+    only = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None  # the cases measured again (settle.py)
+    wanted = lambda **key: case_wanted(only, key)
     warnings.simplefilter("ignore")
     h = 256 if quick else 512
     base = dict(hidden_size=h, intermediate_size=h * 11 // 4, num_hidden_layers=2 if quick else 4,
@@ -73,6 +80,9 @@ PROBE = textwrap.dedent("""
     torch._dynamo.config.accumulated_recompile_limit = 1024
     for label, family, kw, tokens, cells in FAMILIES:
         for dtype in (torch.float32, torch.bfloat16):
+            dtype_name = str(dtype).removeprefix("torch.")
+            if not wanted(model=label, dtype=dtype_name):
+                continue
             torch._dynamo.reset()
             torch.manual_seed(0)
             stock = transformers.AutoModelForCausalLM.from_config(
@@ -112,6 +122,9 @@ PROBE = textwrap.dedent("""
                     impls[("train", how, name)] = train_call
             for cell in cells:
                 for how in (("eager", "compiled") if with_compile else ("eager",)):
+                    if not wanted(model=label, cell=cell, how=how, dtype=dtype_name):
+                        continue
+                    case_start = time.perf_counter()  # the case's seconds: what measuring it again costs (settle.py)
                     pair = {n: impls[(cell, how, n)] for n in ("stock", "patched")}
                     compiled = {}
                     for n, fn in pair.items():
@@ -133,9 +146,10 @@ PROBE = textwrap.dedent("""
                         share = {"replaced_share": (theirs["norms"] + theirs["acts"]) / total,
                                  "norms_share": theirs["norms"] / total,
                                  "norms_speedup": theirs["norms"] / mine["norms"] if mine["norms"] > 0 else None}
+                    case_seconds = time.perf_counter() - case_start
                     for n, t in s.items():
-                        rows.append({"model": label, "cell": cell, "how": how, "impl": n,
-                                     "dtype": str(dtype).removeprefix("torch."), "seconds": t.seconds,
+                        rows.append({"model": label, "case_seconds": case_seconds, "cell": cell, "how": how, "impl": n,
+                                     "dtype": dtype_name, "seconds": t.seconds,
                                      "ours_over_theirs": paired_ratio(t, s["patched"]),
                                      **(compiled[n] if how == "compiled" else {}),
                                      **(share if n == "stock" else {})})
@@ -149,6 +163,8 @@ def measure(cfg: Config) -> list[dict]:
     if importlib.util.find_spec("transformers") is None:
         raise Skip("transformers is not installed (the tierkit-torch[transformers] extra)")
     args = [str(cfg.reps), "1" if cfg.quick else "0", "0" if cfg.quick else "1"]
+    if cfg.only is not None:
+        args.append(json.dumps(cfg.only))
     return thp_probe_rows("models", PROBE, args, "models", timeout=3600)
 
 
@@ -275,7 +291,7 @@ def targets(results: dict) -> list[dict]:
             continue
         ratio = round(r["ours_over_theirs"], 2)
         name = f"{r['model']} {r['cell']} patched vs stock, {r['how']}, {r['dtype']} >= 1.0x"
-        out.append(target(name, 1.0, ratio, ratio >= 1.0))
+        out += in_case([target(name, 1.0, ratio, ratio >= 1.0)], {f: r[f] for f in CASE_FIELDS})
     for r in rows:
         if r["impl"] != "patched" or "graphs" not in r:
             continue

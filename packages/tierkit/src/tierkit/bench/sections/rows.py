@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ._common import PROBE_HEAD, Config, pick, target, timed_rows
+from ._common import PROBE_HEAD, Config, in_case, pick, target, timed_rows
 from ._copy_limit import limit_table, measure_entries, roof_target
 
 TITLE = "Row reductions: against eager, torch.compile and the compiled copy limit"
@@ -48,6 +48,9 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
             sweep = case[2:] == ["widths"]
             peers = with_compile and not sweep
             for dtype in (torch.float32,) if sweep else (torch.float32, torch.bfloat16):
+                if not wanted(op=name, nrows=rows_, d=d, dtype=str(dtype).removeprefix("torch.")):
+                    continue
+                case_start = time.perf_counter()  # the case's seconds: what measuring it again costs (settle.py)
                 g = torch.Generator().manual_seed(0)
                 x = torch.randn(rows_, d, generator=g).to(dtype)
                 r = torch.randn(rows_, d, generator=g).to(dtype)
@@ -135,11 +138,12 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                     per_row = in_cache_seconds_per_unit(f, k_of(64 << 10), min(rows_, k_of(256 << 10)), reps)
                     if per_row:
                         compute[impl] = per_row * rows_ / threads
+                case_seconds = time.perf_counter() - case_start
                 for impl, t in s.items():
                     kind = "add" if "add" in impl or impl.startswith("x + r") else ("fwd+bwd" if "bwd" in impl else "fwd")
                     row = {"op": name, "impl": impl, "nrows": rows_, "d": d,
                            "dtype": str(dtype).removeprefix("torch."), "seconds": t.seconds,
-                           "gbs": rows_ * d * x.element_size() * 2 / t.median / 1e9}
+                           "gbs": rows_ * d * x.element_size() * 2 / t.median / 1e9, "case_seconds": case_seconds}
                     if impl != limit:
                         row["ours_over_theirs"] = paired_ratio(t, s[refs.get(impl, refs[kind])])
                         if limit and impl.startswith("torch op"):
@@ -157,6 +161,8 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
 # at the same 2^24 elements (float32 forward only: goal 3 of the performance issue).
 SHAPES = ([4096, 4096], [16384, 1024])
 WIDTHS = ([8192, 2048], [2048, 8192])
+# What one measurement shares (its peers are paired with it): settle.py measures a case again alone.
+CASE_FIELDS = ("op", "nrows", "d", "dtype")
 
 
 def shapes(cfg: Config) -> list[list]:
@@ -202,7 +208,7 @@ def targets(results: dict) -> list[dict]:
     from tierkit_core.op_table import ROW_REDUCTIONS
 
     rows = timed_rows(results, "rows")
-    out = []
+    out: list[dict] = []
     for entry in ROW_REDUCTIONS:
         peers = [
             ("torch.compile fwd (THP)", 1.0),
@@ -215,6 +221,7 @@ def targets(results: dict) -> list[dict]:
             for dtype in ("float32", "bfloat16"):
                 where = f"[{rows_}, {d}] {dtype}"
                 mine = [r for r in rows if r.get("op") == entry.name]
+                before = len(out)
                 for peer, factor in peers:
                     r = pick(mine, impl=peer, nrows=rows_, d=d, dtype=dtype)
                     if r:
@@ -283,4 +290,7 @@ def targets(results: dict) -> list[dict]:
                                 frac >= floor,
                             )
                         )
+                out[before:] = in_case(
+                    out[before:], {"op": entry.name, "nrows": rows_, "d": d, "dtype": dtype}
+                )
     return out
