@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from tierkit.bench import limit, report, targets
+from tierkit.bench import limit, report, targets, timing
 from tierkit.bench import main as bench_main
 from tierkit.bench.sections import stream
 
@@ -266,3 +266,56 @@ def test_best_of_keeps_each_samples_fastest_run_and_leaves_self_timed_alone(monk
     )
     assert samples["op"].seconds == [4.0, 3.0]  # min(9, 4, 6), min(5, 7, 3)
     assert samples["limit"].seconds == [2.0, 2.0] and limit_calls == [1, 1, 1, 1, 1]  # its own best-of, once
+
+
+def _scripted_in_cache(monkeypatch, runs: list[tuple[list[float], list[float]]]):
+    """in_cache_seconds_per_unit over scripted samples: run i's (small, large) seconds."""
+    pytest.importorskip("torch")
+    calls = iter(runs)
+
+    def fake(fns, reps, inner=1, warmup=1, best_of=1):
+        small, large = next(calls)
+        return {"small": timing.Samples(small), "large": timing.Samples(large)}
+
+    monkeypatch.setattr(timing, "interleaved", fake)
+    monkeypatch.setattr(timing, "per_call", lambda fn, inner: 1e-3)
+    return calls
+
+
+def test_the_in_cache_roof_is_the_fastest_large_less_the_fastest_small(monkeypatch):
+    # Two slow repetitions of the large size leave the figure alone: (3 - 1) / (30 - 10) = 0.1 a
+    # unit (the median of the paired differences, 2, 3, 3, would read 0.15).
+    _scripted_in_cache(monkeypatch, [([1.0, 1.2, 1.1], [3.0, 4.2, 4.1])])
+    assert timing.in_cache_seconds_per_unit(lambda k: lambda: None, 10, 30, 3) == pytest.approx(0.1)
+
+
+def test_an_in_cache_roof_the_op_beat_is_measured_again_keeping_the_fastest(monkeypatch):
+    # The op took 1.0 s on 10 units: a roof of 0.2 a unit (2.0 s) is beaten, measured again.
+    calls = _scripted_in_cache(monkeypatch, [([1.0], [5.0]), ([1.0], [4.0]), ([1.0], [4.4]), ([1.0], [1.5])])
+    got = timing.in_cache_seconds_per_unit(lambda k: lambda: None, 10, 30, 1, op_seconds=1.0, units=10)
+    assert got == pytest.approx(0.15)  # the second run's (4 - 1) / 20, the fastest; still beaten after 3
+    assert next(calls) == ([1.0], [1.5])  # the fourth was never run
+    calls = _scripted_in_cache(monkeypatch, [([1.0], [5.0]), ([1.0], [2.9]), ([1.0], [1.2])])
+    got = timing.in_cache_seconds_per_unit(lambda k: lambda: None, 10, 30, 1, op_seconds=1.0, units=10)
+    assert got == pytest.approx(0.095) and next(calls) == ([1.0], [1.2])  # 0.95 s: no longer beaten
+    calls = _scripted_in_cache(monkeypatch, [([1.0], [2.0]), ([1.0], [1.0])])
+    got = timing.in_cache_seconds_per_unit(lambda k: lambda: None, 10, 30, 1, op_seconds=1.0, units=10)
+    assert got == pytest.approx(0.05) and next(calls) == ([1.0], [1.0])  # 0.5 s: not beaten, measured once
+
+
+def test_an_op_faster_than_its_compute_roof_is_a_measurement_error_not_a_met_target():
+    from tierkit.bench.sections._copy_limit import roof_cells, roof_target
+
+    # Memory's time 1.0, the in-cache time 1.5 (compute-bound), the op 1.2: 0.8 of its roof.
+    fine = {"of_limit": 0.83, **timing.roof_fields(1.0, 1.5, 1.875, 0.53)}
+    assert fine["roof"] == "compute" and not fine["roof_error"] and fine["of_roof"] == pytest.approx(0.8)
+    t = roof_target("rms_norm", 0.8, fine, "[4096, 4096] bfloat16")
+    assert t["met"] and not t.get("error")
+    # The op at 1.2 beats a roof of 1.5 (1.25 x): the roof was measured wrong.
+    wrong = {"of_limit": 0.83, **timing.roof_fields(1.0, 1.5, 1.2, 0.83)}
+    assert wrong["roof_error"] and wrong["of_roof"] == pytest.approx(1.25)
+    t = roof_target("rms_norm", 0.8, wrong, "[4096, 4096] bfloat16")
+    assert t["error"] and t["met"] is False and "MEASUREMENT ERROR" in t["detail"]
+    assert "MEASUREMENT ERROR" in roof_cells(wrong)[1]
+    # Under a memory roof nothing is flagged here: the copy limit's own checks judge a figure above it.
+    assert not timing.roof_fields(1.0, 0.5, 0.9, 1.11)["roof_error"]

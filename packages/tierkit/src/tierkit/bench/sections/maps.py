@@ -57,7 +57,8 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                 if limit:  # the compute roof: k positions of one head (q and the tables in cache)
                     at = lambda k: lambda: op(q[:1, :1, :k], cos[:, :, :k], sin[:, :, :k], False)
                     k_of = lambda nbytes: min(s, max(1, nbytes // (d * q.element_size())))
-                    per_row = in_cache_seconds_per_unit(at, k_of(64 << 10), k_of(256 << 10), reps)
+                    per_row = in_cache_seconds_per_unit(at, k_of(64 << 10), k_of(256 << 10), reps,
+                                                        t["torch op"].median, b * h * s / torch.get_num_threads())
                     compute = per_row and per_row * b * h * s / torch.get_num_threads()
                 case_seconds = time.perf_counter() - case_start
                 for impl, x in t.items():

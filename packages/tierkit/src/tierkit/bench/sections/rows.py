@@ -135,7 +135,8 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                 k_of = lambda nbytes: max(1, nbytes // (d * x.element_size()))
                 compute = {}
                 for impl, f in at.items() if limit else ():
-                    per_row = in_cache_seconds_per_unit(f, k_of(64 << 10), min(rows_, k_of(256 << 10)), reps)
+                    per_row = in_cache_seconds_per_unit(f, k_of(64 << 10), min(rows_, k_of(256 << 10)), reps,
+                                                        s[impl].median, rows_ / threads)
                     if per_row:
                         compute[impl] = per_row * rows_ / threads
                 case_seconds = time.perf_counter() - case_start

@@ -70,7 +70,8 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
                 if limit:  # the compute roof: slices of a and b in a core's caches, per element
                     k_of = lambda nbytes: min(n, nbytes // a.element_size())
                     per = in_cache_seconds_per_unit(lambda k: lambda: ours(a[:k], b[:k]), k_of(64 << 10),
-                                                    k_of(256 << 10), reps)
+                                                    k_of(256 << 10), reps, s["torch op"].median,
+                                                    n / torch.get_num_threads())
                     compute = per and per * n / torch.get_num_threads()
                 for impl, x in s.items():
                     if impl == limit:
