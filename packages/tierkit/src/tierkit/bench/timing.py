@@ -127,7 +127,8 @@ def in_cache_seconds_per_unit(
     ``op_seconds``: the op's own time on ``units`` units at full size. A
     roof the op beat by more than limit.ERROR is no roof: it is measured
     again, up to ROOF_TRIES times in all, keeping the fastest; one still
-    beaten is the caller's measurement error (roof_fields says so). None
+    beaten is no roof (roof_fields flags it, and the op is judged against
+    the copy limit). None
     where the operands hold no two such sizes (large <= small)."""
     import torch
 
@@ -156,8 +157,8 @@ def roof_fields(limit_seconds: float, compute_seconds: float, seconds: float, of
     in_cache_seconds_per_unit); ``of_roof`` the op's median ``seconds``
     against the lower roof, ``of_limit`` where memory's is. An op faster
     than its compute roof by more than limit.ERROR shows the roof was
-    measured wrong: ``roof_error``, which its target reports as a
-    measurement error."""
+    measured wrong: ``roof_error``; its target then judges the op against
+    the copy limit, the stricter bound (_copy_limit.roof_target)."""
     compute = compute_seconds > limit_seconds
     of_roof = max(of_limit, compute_seconds / seconds)
     return {
