@@ -297,3 +297,33 @@ def test_the_expected_time_of_some_cases_counts_their_own_seconds_and_the_sectio
     # Rows without their seconds: the cases' share.
     plain = {"rows": [{k: v for k, v in r.items() if k != "case_seconds"} for r in rows], "seconds": 45.0}
     assert settle._expected_seconds(plain, section, [{"op": "b", "dtype": "f"}]) == 2 * 45.0 / 2
+
+
+def test_the_sections_with_the_fewest_seconds_a_near_target_go_first():
+    # silu: 80 s for one near target; rows: 100 s for four. Within 300 s (x2 repetitions), rows
+    # goes first and silu no longer fits.
+    sections = {
+        "silu": FakeSection("silu", {"s": [0.81, 0.82]}),
+        "rows": FakeSection("rows", {f"r{i}": [0.79, 0.78] for i in range(4)}),
+    }
+    results = {
+        "sections": {
+            "silu": {"rows": [{"run": 1}], "seconds": 80.0},
+            "rows": {"rows": [{"run": 1}], "seconds": 100.0},
+        }
+    }
+    calls, now = [], [0.0]
+
+    def remeasure(name, run, cases):
+        calls.append(name)
+        now[0] += 2 * results["sections"][name]["seconds"]
+        return {"rows": [{"run": run}], "seconds": 1.0}
+
+    def evaluate(r):
+        return [t for s in sections.values() for t in s.targets(r)]
+
+    results["targets"] = evaluate(results)
+    settle.settle(
+        results, sections, remeasure, evaluate, lambda msg: None, budget_s=300, clock=lambda: now[0]
+    )
+    assert calls == ["rows"]
