@@ -119,7 +119,7 @@ def in_cache_seconds_per_unit(
     t(small)) / (large - small), so the per-call cost of Python, the
     dispatcher and the thread pool drops out, and so does a slow repetition
     (a roof is the best the arithmetic does: the median of the paired
-    differences once read rms_norm's bfloat16 roof 1.8 ms where the op
+    differences once read a row norm's bfloat16 roof 1.8 ms where the op
     itself took 1.6 ms over memory, and called it 1.16 of its roof). Memory's
     roof is the copy limit; an op whose in-cache speed times the threads is
     below it is bound by its arithmetic there, and that speed is its roof.
