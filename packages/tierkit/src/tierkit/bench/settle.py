@@ -18,11 +18,11 @@ as they were. The rows section once took 280 s to measure again for 18 near
 targets in 8 of its 24 cases.
 
 Re-measuring stays within a budget (``TIERKIT_BENCH_SETTLE_SECONDS``, 300 s
-by default): a section is measured again only where its expected time (its
-first measurement's seconds, times the repetitions' factor, times its share
-of the cases) fits in what is left, those with the fewest seconds a near
-target first; a section that does not fit is passed over for the ones that
-do. What it did not reach is reported unsettled,
+by default): a section is measured again only where its expected time fits
+in what is left (``_expected_seconds``: twice its first measurement's
+seconds; for some cases, its time outside its cases plus twice those cases'
+own recorded seconds), those with the fewest seconds a near target first;
+a section that does not fit is passed over for the ones that do. What it did not reach is reported unsettled,
 saying so.
 """
 
