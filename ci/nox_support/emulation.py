@@ -17,7 +17,6 @@ core_tests from a few of its sources and runs those, to fit CI's minutes.
 
 from __future__ import annotations
 
-import shutil
 import time
 from typing import TYPE_CHECKING
 
@@ -103,10 +102,14 @@ SKIPPED = {
 SKIPPED_IN_SUBSET_ON = {"Haswell": {"VectorizedKernels.simd_baseline": "Westmere runs the baseline level"}}
 
 
-def _need_tools(session: nox.Session, *tools: str) -> None:
-    if all(shutil.which(t) for t in tools):
-        return
-    session.run("bash", str(ROOT / "ci" / "system-deps.sh"), "emulation", external=True)
+# The cross compiler and qemu-user, installed where missing (Debian's
+# packages), as a build's first step: the emulation builds are queued in the
+# background before the tools are there on a fresh machine, and each without
+# this step failed its configure (no aarch64-linux-gnu-g++; gtest's discovery
+# needs qemu-x86_64) and was redone in the foreground, about two minutes of
+# CI's run. A foreground session waits for its background build before any
+# step of its own, so two apt-gets never meet.
+TOOLS_STEP: prebuild.Step = (["bash", str(ROOT / "ci" / "system-deps.sh"), "emulation"], {})
 
 
 def _subset(args) -> tuple[bool, list[str]]:
@@ -156,7 +159,7 @@ def _build_steps(
         SHARDS_DEFINE,
         *cmake_args,
     )
-    return CTestBuild(build_dir, defines, env=tuple((env or {}).items())).steps("core")
+    return [TOOLS_STEP, *CTestBuild(build_dir, defines, env=tuple((env or {}).items())).steps("core")]
 
 
 AARCH64_DIR = BUILD_DIR / "core-aarch64"
@@ -187,7 +190,6 @@ def _timed(session: nox.Session, what: str, start: float) -> None:
 
 def test_aarch64(session: nox.Session, args) -> None:
     """Core's CTest suite cross-built for aarch64, run under qemu-aarch64."""
-    _need_tools(session, "aarch64-linux-gnu-g++", "qemu-aarch64")
     subset, ctest_args = _subset(args)
     build_dir = AARCH64_DIR
     start = time.monotonic()
@@ -203,7 +205,6 @@ def test_aarch64(session: nox.Session, args) -> None:
 
 def test_x86_baseline(session: nox.Session, bridge_python: str | None, args) -> None:
     """Core's CTest suite and the bridge's pytest on each x86 model of X86_MODELS."""
-    _need_tools(session, "qemu-x86_64")
     subset, ctest_args = _subset(args)
     build_dir = X86_DIR
     start = time.monotonic()

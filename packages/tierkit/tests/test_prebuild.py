@@ -99,3 +99,16 @@ def test_a_failed_build_is_reported_and_its_later_steps_skipped(tmp_path):
 
 def test_a_build_never_queued_is_the_callers():
     assert not prebuild.wait(Session(), "never-queued")
+
+
+def test_the_emulation_builds_install_their_tools_first():
+    """Queued at the start of CI's run, before the tests session installs the
+    cross compiler and qemu, each emulation build failed its configure and was
+    redone in the foreground; its first step now installs them (a no-op where
+    they are), and the foreground waits for it before any apt-get of its own."""
+    from nox_support import emulation
+
+    for steps in (emulation.aarch64_build_steps(subset=True), emulation.x86_build_steps(subset=True)):
+        argv, _env = steps[0]
+        assert argv[:1] == ["bash"] and argv[1].endswith("ci/system-deps.sh") and argv[2:] == ["emulation"]
+        assert any(a[0] == "cmake" for a, _ in steps[1:]), "the build itself follows"
