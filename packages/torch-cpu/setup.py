@@ -22,6 +22,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 from tierkit_torch_common.build import (
     debug_info_flags,
+    longest_first,
     python_free,
     remove_stale_python_modules,
     tier_version,
@@ -101,7 +102,10 @@ setup(
     ],
     # no_python_abi_suffix: a plain libtierkit_torch_ops.so, not a Python module's name.
     cmdclass={
-        "build_ext": BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True),
+        # row_ops.cpp (every row reduction's kernels) takes as long as the rest together.
+        "build_ext": longest_first(
+            BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True), "row_ops.cpp"
+        ),
         "build_py": BuildPyWithSources,
     },
     options={

@@ -18,7 +18,7 @@ import tierkit_core
 import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
-from tierkit_torch_common.build import debug_info_flags, python_free, torch_facts
+from tierkit_torch_common.build import debug_info_flags, longest_first, python_free, torch_facts
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = Path(__file__).resolve().parent
@@ -63,7 +63,11 @@ setup(
         )
     ],
     cmdclass={
-        "build_ext": BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True),
+        # rows.cpp (the row reductions' kernels) takes longer than the rest together: 53 s of a 63-s build,
+        # from 11 s in, in name order (AMD EPYC Zen 4, two cores).
+        "build_ext": longest_first(
+            BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True), "rows.cpp"
+        ),
         "build_py": BuildPyWithInfo,
     },
     options={"bdist_wheel": {"py_limited_api": "cp310"}},

@@ -29,3 +29,31 @@ def test_python_dependencies_finds_what_ties_a_library_to_python():
         if part.startswith("/")
     )
     assert python_dependencies(path) == []
+
+
+def test_longest_first_starts_the_named_sources_and_keeps_the_link_order():
+    """setuptools sorts an extension's sources by name before compiling them;
+    longest_first hands the compiler the named ones first (ninja starts them
+    in that order) and gives the objects back in the sorted order."""
+    from tierkit_torch_common.build import longest_first
+
+    compiled = []
+
+    class Compiler:
+        def compile(self, sources, output_dir=None):
+            compiled.append(list(sources))
+            return [f"{output_dir}/{s.rsplit('/', 1)[-1].replace('.cpp', '.o')}" for s in sources]
+
+    class SetuptoolsLike:  # build_ext.build_extension: sorted sources, then compile
+        def __init__(self):
+            self.compiler = Compiler()
+            self.objects = None
+
+        def build_extension(self, ext):
+            self.objects = self.compiler.compile(sorted(ext), output_dir="obj")
+
+    build = longest_first(SetuptoolsLike, "row_ops.cpp")()
+    build.build_extension(["csrc/autograd.cpp", "csrc/row_ops.cpp", "csrc/canary.cpp"])
+    assert compiled == [["csrc/row_ops.cpp", "csrc/autograd.cpp", "csrc/canary.cpp"]]
+    assert build.objects == ["obj/autograd.o", "obj/canary.o", "obj/row_ops.o"]
+    assert build.compiler.compile.__func__ is Compiler.compile  # put back afterwards
