@@ -29,7 +29,7 @@ from tierkit_torch_common.build import (
     torch_facts,
     torch_requirement,
 )
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import CppExtension
 
 HERE = Path(__file__).resolve().parent
 SANITIZE = os.environ.get("TIERKIT_SANITIZE", "")
@@ -100,12 +100,10 @@ setup(
             )
         )
     ],
-    # no_python_abi_suffix: a plain libtierkit_torch_ops.so, not a Python module's name.
     cmdclass={
-        # row_ops.cpp (every row reduction's kernels) takes as long as the rest together.
-        "build_ext": longest_first(
-            BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True), "row_ops.cpp"
-        ),
+        # A plain libtierkit_torch_ops.so, row_ops.cpp (every row reduction's kernels, as long as the
+        # rest together) compiled first.
+        "build_ext": longest_first("row_ops.cpp"),
         "build_py": BuildPyWithSources,
     },
     options={

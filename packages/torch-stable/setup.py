@@ -19,7 +19,7 @@ import torch
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from tierkit_torch_common.build import debug_info_flags, longest_first, python_free, torch_facts
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import CppExtension
 
 HERE = Path(__file__).resolve().parent
 MIN_TORCH = (2, 13)  # keep in step with tierkit_torch_stable.MIN_TORCH (a test checks)
@@ -65,9 +65,7 @@ setup(
     cmdclass={
         # rows.cpp (the row reductions' kernels) takes longer than the rest together: 53 s of a 63-s build,
         # from 11 s in, in name order (AMD EPYC Zen 4, two cores).
-        "build_ext": longest_first(
-            BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True), "rows.cpp"
-        ),
+        "build_ext": longest_first("rows.cpp"),
         "build_py": BuildPyWithInfo,
     },
     options={"bdist_wheel": {"py_limited_api": "cp310"}},

@@ -52,7 +52,7 @@ def test_longest_first_starts_the_named_sources_and_keeps_the_link_order():
         def build_extension(self, ext):
             self.objects = self.compiler.compile(sorted(ext), output_dir="obj")
 
-    build = longest_first(SetuptoolsLike, "row_ops.cpp")()
+    build = longest_first("row_ops.cpp", build_ext_class=SetuptoolsLike)()
     build.build_extension(["csrc/autograd.cpp", "csrc/row_ops.cpp", "csrc/canary.cpp"])
     assert compiled == [["csrc/row_ops.cpp", "csrc/autograd.cpp", "csrc/canary.cpp"]]
     assert build.objects == ["obj/autograd.o", "obj/canary.o", "obj/row_ops.o"]

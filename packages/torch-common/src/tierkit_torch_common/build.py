@@ -79,9 +79,10 @@ def python_free(ext):
     return ext
 
 
-def longest_first(build_ext_class, *names: str):
-    """`build_ext_class` (torch's BuildExtension with its options) compiling
-    the sources called `names` first. setuptools sorts an extension's sources
+def longest_first(*names: str, build_ext_class=None):
+    """The torch tiers' build_ext (torch's BuildExtension with ninja and a
+    plain library name, or `build_ext_class`) compiling the sources called
+    `names` first. setuptools sorts an extension's sources
     by name and torch writes them to build.ninja in that order, which is the
     order ninja starts them in: a tier's one long compile (its row kernels at
     each SIMD level) came last and ran alone while the other core idled.
@@ -89,6 +90,12 @@ def longest_first(build_ext_class, *names: str):
     from 73 s in; a release build 146 s, row_ops.cpp 93 s from 53 s in (AMD
     EPYC Zen 4, two cores). The objects come back in the sorted order, so the
     link line is unchanged."""
+
+    if build_ext_class is None:
+        from torch.utils.cpp_extension import BuildExtension
+
+        # no_python_abi_suffix: a plain lib<name>.so, not a Python module's name.
+        build_ext_class = BuildExtension.with_options(use_ninja=True, no_python_abi_suffix=True)
 
     class LongestFirst(build_ext_class):
         def build_extension(self, ext):
