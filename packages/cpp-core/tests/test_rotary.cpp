@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "tierkit/row_maps.h"
+#include "tierkit/map_functors.h"
 
 namespace {
 

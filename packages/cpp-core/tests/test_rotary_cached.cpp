@@ -1,4 +1,4 @@
-// vLLM's cached rotary embedding (tierkit/rotary_cached.h): query and key
+// vLLM's cached rotary embedding (tierkit/in_place_functors.h): query and key
 // rotated in place against a long double reference of vLLM's formula, both
 // layouts, an absent key, rot_dim below head_size, token rows wider than
 // their heads, a float cache beside 16-bit activations, the same bits for
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "row_test_support.h"
-#include "tierkit/rotary_cached.h"
+#include "tierkit/in_place_functors.h"
 
 namespace k = tierkit::kernels;
 using namespace row_test_support;  // C<T>: the compute type; the values and bits helpers

@@ -27,10 +27,10 @@
 #include "buffer.h"
 #include "ops.h"
 #include "tierkit/checks.h"
+#include "tierkit/in_place_functors.h"
+#include "tierkit/map_functors.h"
 #include "tierkit/op_table.h"
-#include "tierkit/rotary_cached.h"
 #include "tierkit/row_functors.h"
-#include "tierkit/row_maps.h"
 #include "tierkit/row_rules.h"
 
 namespace tierkit_bridge {
@@ -646,9 +646,9 @@ struct BridgeRows {
   }
 };
 
-// The row maps (TIERKIT_ROW_MAPS: rotary embeddings): name(x, cos, sin,
-// interleaved=False, *, out=None), computed in the promotion of the inputs'
-// dtypes (np.result_type), the tables broadcast against x[..., :r].
+// The row maps (TIERKIT_ROW_MAPS): name(x, *tables, interleaved=False, *,
+// out=None), computed in the promotion of the inputs' dtypes
+// (np.result_type), the tables broadcast against x[..., :r].
 template <typename Info, typename K>
 struct BridgeMap {
   static constexpr std::size_t N = K::kTables;
@@ -754,10 +754,9 @@ struct BridgeMap {
   }
 };
 
-// The in-place row ops (TIERKIT_ROW_IN_PLACE: vLLM's cached rotary
-// embedding) for arrays: query and key written in place, each token's cos
-// and sin gathered from a cache row by its position; written for the
-// entry's roles (an index, x written in place, an optional second x, a
+// The in-place row ops (TIERKIT_ROW_IN_PLACE) for arrays: the x arguments
+// written in place, each token's table row gathered by its index; written for
+// the entry's roles (an index, x written in place, an optional second x, a
 // gathered table, a size, a flag), as torch-cpu's row_in_place.cpp.
 template <typename Info>
 struct BridgeInPlace {
@@ -876,13 +875,13 @@ struct BridgeInPlace {
       tierkit::dispatch_accepted(vq.dtype(), "query", [&](auto tag) {
         using T = decltype(tag);
         const auto heads = [](const Heads& h) {
-          return tierkit::kernels::CachedHeads<T>{h.view.numel() ? static_cast<T*>(h.view.data()) : nullptr,
-                                                  h.stride, h.heads};
+          return tierkit::kernels::TokenHeads<T>{h.view.numel() ? static_cast<T*>(h.view.data()) : nullptr,
+                                                 h.stride, h.heads};
         };
         const auto run = [&](const auto* table) {
           py::gil_scoped_release nogil;
           Info::Functor::run(static_cast<const std::int64_t*>(positions.view().data()), tokens, heads(q),
-                             ak ? heads(k) : tierkit::kernels::CachedHeads<T>{}, head_size, table,
+                             ak ? heads(k) : tierkit::kernels::TokenHeads<T>{}, head_size, table,
                              vc.shape()[0], vc.shape()[1], is_neox, tierkit::kernels::PoolRunner{threads});
         };
         if (vc.dtype() == vq.dtype())

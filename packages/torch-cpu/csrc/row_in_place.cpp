@@ -15,8 +15,8 @@
 #include <optional>
 #include <string>
 
+#include "tierkit/in_place_functors.h"
 #include "tierkit/op_table.h"
-#include "tierkit/rotary_cached.h"
 #include "tierkit_torch/op_handle.h"
 #include "tierkit_torch/row_in_place.h"
 #include "view.h"
@@ -43,7 +43,7 @@ struct CpuInPlace {
       tierkit::dispatch_accepted(to_core_dtype(query.scalar_type()), "query", [&](auto tag) {
         using T = decltype(tag);
         const auto heads = [](in_place::Heads& h) {
-          return tierkit::kernels::CachedHeads<T>{
+          return tierkit::kernels::TokenHeads<T>{
               h.rows.defined() ? static_cast<T*>(h.rows.mutable_data_ptr()) : nullptr, h.stride, h.heads};
         };
         const auto run = [&](const auto* table) {

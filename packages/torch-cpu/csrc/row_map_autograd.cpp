@@ -1,4 +1,4 @@
-// Autograd of the row maps (rotary embeddings) for tierkit::, in C++ like the
+// Autograd of the row maps (TIERKIT_ROW_MAPS) for tierkit::, in C++ like the
 // row reductions' (row_autograd.cpp), one template for every entry of the
 // kind: a call that needs no derivative pays no Python frame (a decode step
 // makes two a layer), and torch.func's transforms see a C++ node.

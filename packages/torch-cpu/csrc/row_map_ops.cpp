@@ -1,17 +1,17 @@
-// CPU kernels of the row maps (the op table's third kind, TIERKIT_ROW_MAPS:
-// rotary embeddings), one template for every entry: the map and its
-// transpose (x's gradient, _<name>_backward). The arithmetic and the loops
-// are core's (tierkit/row_maps.h); inputs of mixed dtypes are computed in
-// their promotion (a conversion of the small tables, usually). Autograd,
-// fakes and vmap are torch-common's (row_maps.py), shared with torch-stable.
+// CPU kernels of the row maps (the op table's third kind, TIERKIT_ROW_MAPS),
+// one template for every entry: the map and its transpose (x's gradient,
+// _<name>_backward). The arithmetic and the loops are core's
+// (tierkit/map_functors.h); inputs of mixed dtypes are computed in their
+// promotion (a conversion of the small tables, usually). Autograd, fakes and
+// vmap are torch-common's (row_maps.py), shared with torch-stable.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
 #include <array>
 
+#include "tierkit/map_functors.h"
 #include "tierkit/op_table.h"
-#include "tierkit/row_maps.h"
 #include "tierkit_torch/row_maps.h"
 #include "view.h"
 #include "warm_allocator.h"

@@ -1,8 +1,8 @@
-// The in-place row ops' device side (TIERKIT_ROW_IN_PLACE: vLLM's cached
-// rotary embedding): one thread a rotated pair of one head of one token, its
-// cos and sin gathered from the cache row at the token's position. The
-// arithmetic is the entry's CUDA functor (in_place_functors.cuh); the host
-// side (in_place_ops.cpp) has checked every argument and every position.
+// The in-place row ops' device side (TIERKIT_ROW_IN_PLACE): one thread a pair
+// of columns of one head of one token, its table row gathered at the token's
+// index. The arithmetic is the entry's CUDA functor (in_place_functors.cuh);
+// the host side (in_place_ops.cpp) has checked every argument and every
+// position.
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>

@@ -1,11 +1,10 @@
-// CUDA kernels of the in-place row ops (TIERKIT_ROW_IN_PLACE: vLLM's cached
-// rotary embedding), registered under the CUDA dispatch key of tierkit::'s
-// schemas; the Autograd kernel is torch-cpu's, for every device. The
-// arguments are prepared as on the CPU (tierkit_torch/row_in_place.h), and
-// every position is checked to lie in the cache before anything is written:
-// here that reads the positions' smallest and largest value back to the
-// host (one synchronization a call), the price of raising instead of
-// reading past the cache.
+// CUDA kernels of the in-place row ops (TIERKIT_ROW_IN_PLACE), registered
+// under the CUDA dispatch key of tierkit::'s schemas; the Autograd kernel is
+// torch-cpu's, for every device. The arguments are prepared as on the CPU
+// (tierkit_torch/row_in_place.h), and every position is checked to lie in the
+// cache before anything is written: here that reads the positions' smallest
+// and largest value back to the host (one synchronization a call), the price
+// of raising instead of reading past the cache.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/aminmax.h>
 #include <c10/cuda/CUDAGuard.h>

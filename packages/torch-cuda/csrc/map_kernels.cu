@@ -1,7 +1,7 @@
 // CUDA kernels of the row maps (the op table's third kind: rotary
 // embeddings): a thread per output element, grid-stride; its pair partner
 // and table row found from the row's index (core's RowTables layout). The
-// arithmetic is core's (tierkit/row_maps.h): two products rounded, then
+// arithmetic is core's (tierkit/map_functors.h): two products rounded, then
 // their sum (mul_rn/add_rn: no FMA), each output rounded once from the
 // compute type with core's conversion (device_math.cuh), so every non-NaN
 // output equals the CPU tiers' bit for bit, and columns past r are copied

@@ -1,10 +1,10 @@
-// The in-place row ops (TIERKIT_ROW_IN_PLACE: vLLM's cached rotary
-// embedding) on torch's stable ABI: query and key written in place, each
-// token's cos and sin gathered from a cache row by its position. Written for
-// the entry's roles as tierkit::'s (torch-cpu's csrc/row_in_place.cpp), with
-// its checks and words and core's functor, so the results are tierkit::'s
-// bit for bit. The Autograd kernel (refusing a derivative, bumping the
-// versions) is Python's (tierkit_torch_stable/_rows.py).
+// The in-place row ops (TIERKIT_ROW_IN_PLACE) on torch's stable ABI: the x
+// arguments written in place, each token's table row gathered by its index.
+// Written for the entry's roles as tierkit::'s (torch-cpu's
+// csrc/row_in_place.cpp), with its checks and words and core's functor, so
+// the results are tierkit::'s bit for bit. The Autograd kernel (refusing a
+// derivative, bumping the versions) is Python's
+// (tierkit_torch_stable/_rows.py).
 #include <torch/csrc/stable/library.h>
 
 #include <cstdint>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "stable_tensor.h"
+#include "tierkit/in_place_functors.h"
 #include "tierkit/op_table.h"
-#include "tierkit/rotary_cached.h"
 #include "tierkit/row_rules.h"
 
 namespace tierkit_stable {
@@ -119,7 +119,7 @@ struct StableInPlace {
       tierkit::dispatch_accepted(dtype_of(query), "query", [&](auto tag) {
         using T = decltype(tag);
         const auto heads = [](Heads& h) {
-          return tierkit::kernels::CachedHeads<T>{
+          return tierkit::kernels::TokenHeads<T>{
               h.rows.defined() ? static_cast<T*>(h.rows.mutable_data_ptr()) : nullptr, h.stride, h.heads};
         };
         const auto run = [&](const auto* table) {

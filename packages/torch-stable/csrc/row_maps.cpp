@@ -1,8 +1,8 @@
-// The row maps (the op table's third kind, TIERKIT_ROW_MAPS: rotary
-// embeddings) on torch's stable ABI, one template for every entry: the map
+// The row maps (the op table's third kind, TIERKIT_ROW_MAPS) on torch's
+// stable ABI, one template for every entry: the map
 // and its transpose (x's gradient, _<name>_backward). The schemas are the op
 // table's (kRowMapSchemas, defined in ops.cpp), the checks say what
-// tierkit::'s say, and the arithmetic is core's (tierkit/row_maps.h), so
+// tierkit::'s say, and the arithmetic is core's (tierkit/map_functors.h), so
 // results equal tierkit::'s bit for bit. Autograd, fakes and vmap come from
 // Python (torch-common's row_maps.py).
 #include <torch/csrc/stable/library.h>
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "stable_tensor.h"
+#include "tierkit/map_functors.h"
 #include "tierkit/op_table.h"
-#include "tierkit/row_maps.h"
 #include "tierkit/row_rules.h"
 
 namespace tierkit_stable {

@@ -76,12 +76,13 @@ inline constexpr const char* rotary_embedding_cached = "vLLM's rotary_embedding:
 // X(name, Functor): the in-place row ops, each written for its roles (an
 // index, x arguments written in place, a table gathered by the index, a
 // size, a flag). Functor: tierkit::kernels::<Functor> on the CPU
-// (rotary_cached.h), <Functor>F on CUDA.
+// (in_place_functors.h), <Functor>F on CUDA.
 #define TIERKIT_ROW_IN_PLACE(X) \
   X(rotary_embedding_cached, RotaryCached)
 
 // X(name, Functor, tables): the row maps. Functor: tierkit::kernels::<Functor>
-// on the CPU (row_maps.h), <Functor>MapF on CUDA; tables: cos and sin.
+// on the CPU (map_functors.h), <Functor>MapF on CUDA; tables: the per-row
+// tables the entry reads.
 #define TIERKIT_ROW_MAPS(X) \
   X(rotary_embedding, Rotary, 2)
 

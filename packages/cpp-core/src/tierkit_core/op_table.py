@@ -394,7 +394,7 @@ class RowOp:
 
     * ``functor``: the arithmetic in core (``tierkit::kernels::<functor>``:
       a row kind in ``row_functors.h`` with forward, fused-residual forward
-      and backward rows, or a map in ``row_maps.h`` with forward and
+      and backward rows, or a map in ``map_functors.h`` with forward and
       transposed rows) and in torch-cuda (``<functor>RowsF`` in
       ``row_functors.cuh``, ``<functor>MapF``);
     * ``args``: the schema's arguments after x, by role, in schema order;

@@ -1,5 +1,5 @@
-"""The row maps' Python side (the op table's third kind, ``ROW_MAPS``:
-rotary embeddings) for any namespace that defines them (``tierkit``,
+"""The row maps' Python side (the op table's third kind, ``ROW_MAPS``)
+for any namespace that defines them (``tierkit``,
 ``tierkit_stable``), written once for the kind and instantiated per entry:
 autograd (reverse and forward mode, double backward) and the entry's
 formulas over torch (what tests compare with and what a graph of the

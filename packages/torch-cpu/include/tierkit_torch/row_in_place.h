@@ -1,11 +1,11 @@
-// The in-place row ops' arguments (TIERKIT_ROW_IN_PLACE: vLLM's cached
-// rotary embedding), for every backend's kernel (torch-cpu's
-// csrc/row_in_place.cpp, torch-cuda's in_place_ops.cpp), written for the
-// entry's roles: an index (positions), x arguments written in place (query,
-// and key or None), a table gathered by the index (cos_sin_cache), a size
-// (head_size). The checks and their words (shape rules: core's row_rules),
-// the values read as they were at the call, the token rows the kernels
-// walk, and the write back of a layout that is no token rows.
+// The in-place row ops' arguments (TIERKIT_ROW_IN_PLACE), for every backend's
+// kernel (torch-cpu's csrc/row_in_place.cpp, torch-cuda's in_place_ops.cpp),
+// written for the entry's roles: an index (positions), x arguments written in
+// place (query, and key or None), a table gathered by the index
+// (cos_sin_cache), a size (head_size). The checks and their words (shape
+// rules: core's row_rules), the values read as they were at the call, the
+// token rows the kernels walk, and the write back of a layout that is no
+// token rows.
 #pragma once
 
 #include <ATen/MemoryOverlap.h>
@@ -15,8 +15,8 @@
 #include <optional>
 #include <string>
 
-#include "tierkit/rotary_cached.h"
 #include "tierkit/row_rules.h"
+#include "tierkit/token_rows.h"
 #include "tierkit_torch/checks.h"
 
 namespace tierkit_torch::in_place {

@@ -11,8 +11,8 @@
 #include <array>
 #include <cstddef>
 
-#include "tierkit/row_maps.h"
 #include "tierkit/row_rules.h"
+#include "tierkit/row_tables.h"
 #include "tierkit_torch/checks.h"
 
 namespace tierkit_torch {
