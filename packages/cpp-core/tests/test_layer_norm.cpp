@@ -281,31 +281,39 @@ TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
 // line at a time) with non-temporal stores where TIERKIT_STREAMING_STORES=on (the
 // RowKinds.streaming_stores CTest entries; beyond the cache otherwise): the
 // bits of the scalar rows, for both kinds, every dtype and every form.
+// `off`: bytes past the line (16: where numpy's own allocations start).
 template <typename T>
 struct Aligned64 {
   std::vector<T> storage;
   T* p;
-  explicit Aligned64(const std::vector<T>& v) : storage(v.size() + 64 / sizeof(T)) {
+  explicit Aligned64(const std::vector<T>& v, std::size_t off = 0) : storage(v.size() + 128 / sizeof(T)) {
     void* raw = storage.data();
     std::size_t space = storage.size() * sizeof(T);
-    p = static_cast<T*>(std::align(64, v.size() * sizeof(T), raw, space));
-    // (Never null: storage has a line to spare. Said, so GCC's overflow
+    p = static_cast<T*>(std::align(64, (v.size() + 64 / sizeof(T)) * sizeof(T), raw, space));
+    // (Never null: storage has two lines to spare. Said, so GCC's overflow
     // analysis does not follow a null p into the copy.)
     if (p == nullptr) std::abort();
+    p += off / sizeof(T);
     std::copy(v.begin(), v.end(), p);
   }
   std::vector<T> vec(std::size_t n) const { return std::vector<T>(p, p + n); }
 };
 
+// Also with every output 16 bytes off its line (an out= array numpy
+// allocated): the forward rows leave through a stack row, whole lines
+// streamed and the head and tail stored plainly; dx stores plainly.
 TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
   using T = TypeParam;
-  for (const Shape& s : {Shape{6, 64}, Shape{5, 256}, Shape{3, 4096}}) {
+  for (const auto& [s, off] :
+       {std::pair{Shape{6, 64}, 0}, std::pair{Shape{5, 256}, 0}, std::pair{Shape{3, 4096}, 0},
+        std::pair{Shape{6, 64}, 16}, std::pair{Shape{3, 4096}, 16}}) {
+    SCOPED_TRACE(testing::Message() << "outputs " << off << " bytes past a line");
     const std::int64_t rows = s.rows, d = s.d;
     const std::size_t n = static_cast<std::size_t>(rows * d);
     const auto x = shifted<T>(n, 31 + d, 2.f), r = random_vec<T>(n, 32 + d), g = random_vec<T>(n, 33 + d);
     const auto w = shifted<T>(d, 34, 1.f, 0.5f), b = random_vec<T>(d, 35);
     const std::vector<T> zeros(n);
-    Aligned64<T> y(zeros), h(zeros), dx(zeros);
+    Aligned64<T> y(zeros, off), h(zeros, off), dx(zeros, off);
     // Under TIERKIT_STREAMING_STORES=on at a vector level these rows do stream.
     // (The SIMD levels, and so streaming rows, exist only where core dispatches: x86-64.)
 #ifdef TIERKIT_SIMD_DISPATCH

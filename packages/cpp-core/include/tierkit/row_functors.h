@@ -59,24 +59,24 @@ struct RmsNormBody {
                                        bool stream, bool round, NextRow<T> ahead) {
     bool normal = false;
     if constexpr (R::kProvesNormal) normal = R::scaled_normal(x, d, rs, w_floor);
-    R::out_row(y, d, stream, [&](T* out, bool st) TIERKIT_ROW_LAMBDA {
+    R::out_row(y, d, stream, [&](T* out, bool st, std::int64_t head) TIERKIT_ROW_LAMBDA {
       if (w && round) {
         R::each_scaled(
             normal, d,
             [&](auto L, std::int64_t j)
                 TIERKIT_ROW_LAMBDA { L.st(out + j, L.round(L.ld(x + j) * L.splat(rs)) * L.ld(w + j), st); },
-            ahead);
+            ahead, head);
       } else if (w) {
         R::each_scaled(
             normal, d,
             [&](auto L, std::int64_t j)
                 TIERKIT_ROW_LAMBDA { L.st(out + j, (L.ld(x + j) * L.splat(rs)) * L.ld(w + j), st); },
-            ahead);
+            ahead, head);
       } else {
         R::each_scaled(
             normal, d,
             [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, L.ld(x + j) * L.splat(rs), st); },
-            ahead);
+            ahead, head);
       }
     });
   }
@@ -239,23 +239,24 @@ struct LayerNormBody {
     const C *w = p.w, *b = p.b;
     const auto xh = [&](auto L, std::int64_t j)
                         TIERKIT_ROW_LAMBDA { return (L.ld(x + j) - L.splat(mean)) * L.splat(rs); };
-    R::out_row(y, d, stream, [&](T* out, bool st) TIERKIT_ROW_LAMBDA {
+    R::out_row(y, d, stream, [&](T* out, bool st, std::int64_t head) TIERKIT_ROW_LAMBDA {
       if (w && b) {
         R::each(
             d,
             [&](auto L, std::int64_t j)
                 TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j) * L.ld(w + j) + L.ld(b + j), st); },
-            ahead);
+            ahead, head);
       } else if (w) {
         R::each(
             d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j) * L.ld(w + j), st); },
-            ahead);
+            ahead, head);
       } else if (b) {
         R::each(
             d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j) + L.ld(b + j), st); },
-            ahead);
+            ahead, head);
       } else {
-        R::each(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j), st); }, ahead);
+        R::each(
+            d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA { L.st(out + j, xh(L, j), st); }, ahead, head);
       }
     });
   }

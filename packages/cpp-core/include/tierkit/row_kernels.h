@@ -470,18 +470,27 @@ struct StreamRow {
   alignas(64) unsigned char bytes[kStreamRow16 * sizeof(T)];
   T* const p = reinterpret_cast<T*>(bytes);
 };
-// d elements of `row` (64-byte aligned) to `out` (64-byte aligned, d's
-// bytes a multiple of 64) with non-temporal stores of W's width: whole
-// lines, where a 16-bit block's own store is half a line or a quarter.
+// d elements of `row` (64-byte aligned) to `out` (aligned to T) with
+// non-temporal stores of W's width: whole lines, where a 16-bit block's own
+// store is half a line or a quarter. Where `out` does not start a line (an
+// out= array of numpy's own allocation starts 16 bytes into one), the
+// elements before its first whole line and after its last are stored
+// plainly: they share those lines with the rows beside it.
 template <typename W, typename T>
 TIERKIT_ROW_INLINE void stream_row(const T* row, T* out, std::int64_t d) {
   using U = typename W::U;
   constexpr std::int64_t kStep = static_cast<std::int64_t>(sizeof(U) / sizeof(T));
-  for (std::int64_t j = 0; j < d; j += kStep) {
+  const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(out) % 64);
+  const std::int64_t head =
+      std::min<std::int64_t>(d, off ? (64 - off) / static_cast<std::int64_t>(sizeof(T)) : 0);
+  std::int64_t j = 0;
+  for (; j < head; ++j) out[j] = row[j];
+  for (; j + kStep <= d; j += kStep) {
     U v;
     __builtin_memcpy(&v, row + j, sizeof(v));
     asm volatile("vmovntdq %1, %0" : "=m"(*reinterpret_cast<U*>(out + j)) : "v"(v));
   }
+  for (; j < d; ++j) out[j] = row[j];
 }
 // A block of float partial sums (the parameters' gradients) += v.
 template <typename W>
@@ -579,9 +588,14 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2(std::int64_t d, const Block& block, con
 // 0.54 of a copy in the two-statistics norm against 0.85 at 1024, an
 // AVX-512 Xeon). Two inputs, both asked (add_rms_norm float32 [4096, 4096],
 // 2 threads: 0.76 -> 0.80 of two copies with x's row alone asked for).
+//
+// `head`: elements [0, head) one(j) at a time, the blocks from there: a
+// streamed row's blocks then start on its first whole line (out_row).
 template <typename W, typename Block, typename One, typename T = float>
-TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& one, NextRow<T> ahead = {}) {
+TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& one, NextRow<T> ahead = {},
+                                 std::int64_t head = 0) {
   std::int64_t j = 0;
+  for (; j < head; ++j) one(j);
   if (ahead.a && ahead.b)
     for (; j + W::kLanes <= d; j += W::kLanes) {
       __builtin_prefetch(ahead.a + j, 0, 3);
@@ -627,10 +641,11 @@ using OneAt = ScalarAt<float, T>;
 // kNormal: the row's stores hold no subnormal (scaled_normal), so a
 // bfloat16 row at the AVX512-BF16 level converts without the check.
 template <typename W, typename T, bool kNormal = false, typename Term, typename A = float>
-TIERKIT_ROW_INLINE void vec_each_of(std::int64_t d, const Term& term, NextRow<A> ahead = {}) {
+TIERKIT_ROW_INLINE void vec_each_of(std::int64_t d, const Term& term, NextRow<A> ahead = {},
+                                    std::int64_t head = 0) {
   vec_each<W>(
       d, [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(VecAt<W, T, kNormal>{}, j); },
-      [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(OneAt<T>{}, j); }, ahead);
+      [&](std::int64_t j) TIERKIT_ROW_LAMBDA { term(OneAt<T>{}, j); }, ahead, head);
 }
 template <typename W, typename T, typename Term>
 TIERKIT_ROW_INLINE float vec_sum_of(std::int64_t d, const Term& term) {
@@ -724,13 +739,28 @@ inline std::int64_t row_grain(std::int64_t d) {
   return std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, d));
 }
 
+// Whether p starts a 64-byte line: a streamed vector store needs it.
+inline bool line_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
+// A streamed row's elements before its first whole line (at most d), which
+// its kernel stores one at a time so that its blocks start on that line
+// (vec_each's `head`); 0 where the row starts a line or does not stream.
+template <typename T>
+inline std::int64_t line_head(const T* p, std::int64_t d, bool stream) {
+  const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 64);
+  return stream && off ? std::min<std::int64_t>(d, (64 - off) / static_cast<std::int64_t>(sizeof(T))) : 0;
+}
 // Whether an output `out` of rows of d, in a kernel over `operands` such
 // arrays, is written with non-temporal stores: float and the 16-bit types
 // (not double), at the vector levels, where the call's arrays outgrow the
 // cache (the whole call against streaming_threshold()'s per-thread share:
-// the pools hand rows out in small chunks) and every row starts on a 64-byte
-// boundary (out aligned, d's bytes a multiple of 64: no row has a head or
-// tail to store plainly). Measured on two Zen 4 cores (core's pool,
+// the pools hand rows out in small chunks) and every row starts at the same
+// place in its line (d's bytes a multiple of 64). A row that does not start
+// a line (out off its line: numpy allocates 16 bytes into one) leaves
+// through a stack row (out_row, staged_row; its head and tail stored
+// plainly); a kernel that stores its blocks straight into `out` streams
+// only where line_aligned(out). Measured on two Zen 4 cores (the bridge,
+// float32 rms_norm [4096, 4096] into numpy's out=: 4.7 ms stored plainly,
+// 3.0 ms into an aligned out). Measured on two Zen 4 cores (core's pool,
 // [4096, 4096], medians of 15): float32 rms_norm 6.17 ms with ordinary
 // stores, which read each line first, 4.84 ms streamed; bfloat16 3.37 ms
 // ordinary, 4.02 streamed when each 16-bit block streamed its own half line.
@@ -747,7 +777,7 @@ bool row_streams(const T* out, std::int64_t rows, std::int64_t d, std::size_t op
   } else {
     const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
     return out && rows > 0 && d > 0 && (sizeof(T) == 4 || d <= kStreamRow16) &&
-           reinterpret_cast<std::uintptr_t>(out) % 64 == 0 &&
+           reinterpret_cast<std::uintptr_t>(out) % sizeof(T) == 0 &&
            (static_cast<std::size_t>(d) * sizeof(T)) % 64 == 0 &&
            static_cast<std::size_t>(rows) * static_cast<std::size_t>(d) * sizeof(T) * operands / threads >=
                streaming_threshold() &&
@@ -888,7 +918,8 @@ void row_backward(const T* dy, const T* x, RowParams<P> p_in, const compute_t<T>
       p_in, d,
       {{dx, dx ? detail::span_bytes<T>(rows, d) : 0}, {dw, dw ? grad_bytes : 0}, {db, db ? grad_bytes : 0}});
   const RowParams<C> p = params.get();
-  const bool stream = detail::row_streams(dx, rows, d, 3);
+  // dx's blocks are stored straight into it: streamed only from whole lines.
+  const bool stream = detail::row_streams(dx, rows, d, 3) && detail::line_aligned(dx);
   if (!dw && !db) {
     if (!dx) return;
     run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {

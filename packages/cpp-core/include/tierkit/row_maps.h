@@ -106,7 +106,8 @@ void row_map(const T* x, const T* const (&tables)[K::kTables], const RowTables<K
   if (rows <= 0 || d <= 0) return;
   check(r >= 0 && r % 2 == 0 && r <= d, "row_map: the width r (", r,
         ") must be even and at most the row's length (", d, ")");
-  const bool stream = detail::row_streams(y, rows, d, 2);
+  // A map's float blocks are stored straight into y: streamed only from whole lines.
+  const bool stream = detail::row_streams(y, rows, d, 2) && detail::line_aligned(y);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
     detail::map_rows<K>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
   });

@@ -122,12 +122,13 @@ struct SoftmaxBody {
       stats[2 * r] = m;
       stats[2 * r + 1] = s;
       T* yr = y + r * d;
-      // 16-bit rows store plainly (store_lanes); float ones stream where row_streams says.
+      // 16-bit rows store plainly (store_lanes); float ones stream where row_streams says, their
+      // blocks from the row's first whole line (line_head: the elements before it one at a time).
       R::each(
           d,
           [&](auto L, std::int64_t j)
               TIERKIT_ROW_LAMBDA { L.st(yr + j, value(L, L.ld(xr + j), m, s), stream); },
-          r + 1 < hi ? xr + d : nullptr);
+          r + 1 < hi ? xr + d : nullptr, line_head(yr, d, stream));
     }
   }
 
