@@ -242,12 +242,9 @@ SUITES = {
                 casting,
                 MODES,
             ),
+            # every mode in one exported module (one AOTInductor compile)
             rows(
-                "casting: export and AOTI",
-                "tests/test_casting.py",
-                "test_casting_export_and_aoti",
-                casting,
-                MODES,
+                "casting: export and AOTI", "tests/test_casting.py", "test_casting_export_and_aoti", casting
             ),
         ),
         needs="tierkit_torch",

@@ -6,6 +6,7 @@ Hugging Face's norms, TorchScript, export and AOTInductor."""
 import pytest
 import tierkit_torch
 import torch
+from tierkit_core.op_table import CASTING_MODES, ROW_REDUCTIONS
 from tierkit_torch_common.casting_suite import *  # noqa: F403  (the shared tests, collected here)
 from tierkit_torch_common.casting_suite import CASTING, FORMULAS, offset_of, weight
 from tierkit_torch_common.row_suite import make
@@ -38,22 +39,30 @@ def test_casting_module_is_the_models_norm(entry, mode, gen):
         cls(8, casting_mode="Llama")
 
 
-@CASTING
-def test_casting_export_and_aoti(entry, mode, gen, tmp_path):
-    offset = offset_of(mode)
-    w = weight(32, torch.float32, gen, mode)
+# Every mode in one exported module: one AOTInductor compile (~12 s of a
+# core each) for the three, each output compared bit for bit.
+@pytest.mark.parametrize("entry", [e for e in ROW_REDUCTIONS if e.casting], ids=lambda e: e.name)
+def test_casting_export_and_aoti(entry, gen, tmp_path):
+    modes = [m.name for m in CASTING_MODES]
+    ws = [weight(32, torch.float32, gen, mode) for mode in modes]
+    op = getattr(tierkit_torch, entry.name)
 
     class Block(torch.nn.Module):
         def forward(self, x):
-            return getattr(tierkit_torch, entry.name)(x, w, 1e-6, offset=offset, casting_mode=mode)
+            return tuple(
+                op(x, w, 1e-6, offset=offset_of(mode), casting_mode=mode) for mode, w in zip(modes, ws)
+            )
 
     x = make((3, 32), torch.bfloat16, gen)
     batch = torch.export.Dim("batch", min=1, max=64)
     ep = torch.export.export(Block(), (x,), dynamic_shapes=({0: batch},))
     x2 = make((7, 32), torch.bfloat16, gen)
     want = Block()(x2)
+    assert len(want) == len(modes) >= 3
     torch.testing.assert_close(ep.module()(x2), want, rtol=0, atol=0)
     from torch._inductor import aoti_compile_and_package, aoti_load_package
 
     path = aoti_compile_and_package(ep, package_path=str(tmp_path / "casting.pt2"))
-    torch.testing.assert_close(aoti_load_package(path)(x2), want, rtol=0, atol=0)
+    got = aoti_load_package(path)(x2)
+    for mode, g, w in zip(modes, got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, msg=lambda m, mode=mode: f"casting_mode={mode}: {m}")
