@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "array_arg.h"
@@ -646,9 +647,10 @@ struct BridgeRows {
   }
 };
 
-// The row maps (TIERKIT_ROW_MAPS): name(x, *tables, interleaved=False, *,
-// out=None), computed in the promotion of the inputs' dtypes
-// (np.result_type), the tables broadcast against x[..., :r].
+// The row maps (TIERKIT_ROW_MAPS): name(x, <the entry's tables>, <its flag>=
+// <default>, *, out=None), computed in the promotion of the inputs' dtypes
+// (np.result_type), the tables broadcast against x[..., :r]. Every name,
+// count and word comes from the entry (Info), none from an op.
 template <typename Info, typename K>
 struct BridgeMap {
   static constexpr std::size_t N = K::kTables;
@@ -667,18 +669,17 @@ struct BridgeMap {
     return held->view();
   }
 
-  static py::object call(py::object x_in, py::object cos_in, py::object sin_in, bool interleaved,
+  static py::object call(py::object x_in, const std::array<py::object, N>& tables_in, bool flag,
                          const py::handle& out) {
     const std::string op = std::string(Info::name) + ": ";
     refuse_masked(op, x_in, "x");
     refuse_masked(op, out, "out");
-    refuse_masked(op, cos_in, Info::tables[0]);
-    refuse_masked(op, sin_in, Info::tables[1]);
+    for (std::size_t i = 0; i < N; ++i) refuse_masked(op, tables_in[i], Info::tables[i]);
     if (numpy_swapped(out))
-      return into_swapped(op, out,
-                          [&](const py::object& copy) { call(x_in, cos_in, sin_in, interleaved, copy); });
+      return into_swapped(op, out, [&](const py::object& copy) { call(x_in, tables_in, flag, copy); });
     const py::object x = readable(x_in);
-    const std::array<py::object, N> table_objs = {readable(cos_in), readable(sin_in)};
+    std::array<py::object, N> table_objs;
+    for (std::size_t i = 0; i < N; ++i) table_objs[i] = readable(tables_in[i]);
     const ArrayArg ax = import(op, x, "x", false);
     const tierkit::TensorView& vx = ax.view();
     if (!tierkit::is_accepted(vx.dtype()))
@@ -722,36 +723,44 @@ struct BridgeMap {
     const auto run = [&](const tierkit::TensorView& y) {
       tierkit::dispatch_accepted(dtype, "x", [&](auto tag) {
         using T = decltype(tag);
-        const T* ptrs[N] = {static_cast<const T*>(tables[0].data()), static_cast<const T*>(tables[1].data())};
+        const T* ptrs[N];
+        for (std::size_t i = 0; i < N; ++i) ptrs[i] = static_cast<const T*>(tables[i].data());
         py::gil_scoped_release nogil;
-        tierkit::kernels::row_map<K>(static_cast<const T*>(xc.data()), ptrs, layout, rows, d, r, interleaved,
-                                     false, static_cast<T*>(y.data()),
-                                     tierkit::kernels::PoolRunner{max_threads()});
+        tierkit::kernels::row_map<K>(static_cast<const T*>(xc.data()), ptrs, layout, rows, d, r, flag, false,
+                                     static_cast<T*>(y.data()), tierkit::kernels::PoolRunner{max_threads()});
       });
     };
     return into_result(op, x, vx, xc, std::vector<tierkit::TensorView>(tables.begin(), tables.end()), out,
                        dtype, " (the inputs' promotion)", run);
   }
 
-  static void bind(py::module_& m) {
-    static const std::string doc =
-        std::string(Info::doc) +
-        ".\n\nr = cos.shape[-1] must be even and at most x.shape[-1]; cos and sin have r columns and "
-        "broadcast "
-        "against x[..., :r] (numpy's rules, never enlarging x). ``interleaved``: GPT-J's pairs (2i, 2i + 1) "
-        "instead of NeoX's halves (rotate_half). Computed in the promotion of the inputs' dtypes "
-        "(np.result_type; "
-        "16-bit in float32, rounded once). Returns a new array presented like ``x``, or writes into ``out`` "
-        "(x's "
-        "shape, the result's dtype, any layout) and returns it. Masked arrays are refused.";
+  // The entry's doc, then the kind's rules in the entry's names.
+  static std::string doc() {
+    std::string names;
+    for (std::size_t i = 0; i < N; ++i) names += std::string(i ? ", " : "") + Info::tables[i];
+    return std::string(Info::doc) + ".\n\nThe tables (" + names + ") have r = " + Info::tables[0] +
+           ".shape[-1] columns (r: " + Info::width_rule +
+           ") and broadcast against x[..., :r] (numpy's rules, never enlarging x); columns from r on pass "
+           "through. Computed in the promotion of the inputs' dtypes (np.result_type; 16-bit in float32, "
+           "rounded once). Returns a new array presented like ``x``, or writes into ``out`` (x's shape, the "
+           "result's dtype, any layout) and returns it. Masked arrays are refused.";
+  }
+
+  // name(x, <N tables>, <flag>=<default>, *, out=None): one Python argument a table.
+  template <std::size_t I>
+  using Table = py::object;
+  template <std::size_t... I>
+  static void bind(py::module_& m, std::index_sequence<I...>) {
+    static const std::string text = doc();
     m.def(
         Info::name,
-        [](py::object x, py::object cos, py::object sin, bool interleaved, const py::object& out) {
-          return call(std::move(x), std::move(cos), std::move(sin), interleaved, out);
+        [](py::object x, Table<I>... tables, bool flag, const py::object& out) {
+          return call(std::move(x), std::array<py::object, N>{std::move(tables)...}, flag, out);
         },
-        py::arg("x"), py::arg(Info::tables[0]), py::arg(Info::tables[1]), py::arg("interleaved") = false,
-        py::kw_only(), py::arg_v("out", py::none(), "None"), doc.c_str());
+        py::arg("x"), py::arg(Info::tables[I])..., py::arg(Info::flag) = Info::flag_default, py::kw_only(),
+        py::arg_v("out", py::none(), "None"), text.c_str());
   }
+  static void bind(py::module_& m) { bind(m, std::make_index_sequence<N>{}); }
 };
 
 // The in-place row ops (TIERKIT_ROW_IN_PLACE) for arrays: the x arguments

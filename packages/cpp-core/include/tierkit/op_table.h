@@ -508,6 +508,9 @@ struct rotary_embedding {
   static constexpr const char* doc = "rotary position embedding over the last dim: x_r * cos + rotate(x_r) * sin on the first r = cos.size(-1) columns (rotate: NeoX's rotate_half, or GPT-J's pairs when interleaved), the rest passed through";
   static constexpr std::array<const char*, 2> tables = {"cos", "sin"};
   static constexpr const char* width_rule = "even, at most x.size(-1)";
+  // The entry's flag (the kind's one bool) and its default.
+  static constexpr const char* flag = "interleaved";
+  static constexpr bool flag_default = false;
   // The value on the first r columns and input i's gradient (0: x, then the
   // tables; x's on the first r columns) from grad; f gives mapped, rotate,
   // rotate_t and sum_to over T for the call's width and flags.

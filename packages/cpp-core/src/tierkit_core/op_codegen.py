@@ -198,6 +198,11 @@ def _map_calls(formula: str) -> str:
 
 
 def _map_info(m: RowMap) -> str:
+    if len(m.flags) != 1:
+        raise ValueError(
+            f"{m.name}: a row map takes one flag (the kind's loops pass one bool), got {m.flags}"
+        )
+    ((flag, flag_default),) = m.flags
     tables = ", ".join(f"const T& {t}" for t in m.tables)
     unused = " ".join(f"(void){t};" for t in m.tables)
     inputs = ("x", *m.tables)
@@ -215,6 +220,9 @@ struct {m.name} {{
   static constexpr const char* doc = "{_c_text(m.doc)}";
   static constexpr std::array<const char*, {len(m.tables)}> tables = {{{_strs(m.tables)}}};
   static constexpr const char* width_rule = "{_c_text(m.width_rule)}";
+  // The entry's flag (the kind's one bool) and its default.
+  static constexpr const char* flag = "{flag}";
+  static constexpr bool flag_default = {str(flag_default).lower()};
   // The value on the first r columns and input i's gradient (0: x, then the
   // tables; x's on the first r columns) from grad; f gives mapped, rotate,
   // rotate_t and sum_to over T for the call's width and flags.
