@@ -46,7 +46,7 @@ struct Rotary {
   // A pair (a, b) rotated: forward [ca a - sa b, sb a + cb b]; transpose
   // [ca a + sb b, cb b - sa a]: turn() for each, for a compute-type value
   // and a register vector (RowVec's NeoX halves; the cached form's pairs,
-  // rotary_cached.h). GPT-J's vector lanes call turn() directly.
+  // in_place_functors.h). GPT-J's vector lanes call turn() directly.
   template <bool kTranspose, typename V>
   TIERKIT_ROW_INLINE static void rotate(V a, V b, V ca, V cb, V sa, V sb, V& ya, V& yb) {
     if constexpr (!kTranspose) {

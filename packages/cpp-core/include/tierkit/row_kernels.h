@@ -754,20 +754,23 @@ inline std::int64_t line_head(const T* p, std::int64_t d, bool stream) {
 // (not double), at the vector levels, where the call's arrays outgrow the
 // cache (the whole call against streaming_threshold()'s per-thread share:
 // the pools hand rows out in small chunks) and every row starts at the same
-// place in its line (d's bytes a multiple of 64). A row that does not start
-// a line (out off its line: numpy allocates 16 bytes into one) leaves
-// through a stack row (out_row, staged_row; its head and tail stored
-// plainly); a kernel that stores its blocks straight into `out` streams
-// only where line_aligned(out). Measured on two Zen 4 cores (the bridge,
-// float32 rms_norm [4096, 4096] into numpy's out=: 4.7 ms stored plainly,
-// 3.0 ms into an aligned out). Measured on two Zen 4 cores (core's pool,
-// [4096, 4096], medians of 15): float32 rms_norm 6.17 ms with ordinary
-// stores, which read each line first, 4.84 ms streamed; bfloat16 3.37 ms
-// ordinary, 4.02 streamed when each 16-bit block streamed its own half line.
-// So 16-bit rows (d <= kStreamRow16) are computed into a stack row and leave
-// a whole line at a time (stream_row), and only the forward outputs stream
-// (the row kinds' scale, the row maps); a 16-bit backward's dx stores
-// plainly.
+// place in its line (d's bytes a multiple of 64). Measured on two Zen 4
+// cores (core's pool, [4096, 4096], medians of 15): float32 rms_norm 6.17 ms
+// with ordinary stores, which read each line first, 4.84 ms streamed;
+// bfloat16 3.37 ms ordinary, 4.02 streamed when each 16-bit block streamed
+// its own half line. So 16-bit rows (d <= kStreamRow16) are computed into a
+// stack row and leave a whole line at a time (stream_row), and only the
+// forward outputs stream (the row kinds' scale, the row maps); a 16-bit
+// backward's dx stores plainly.
+//
+// `out` need not start a line (numpy allocates large arrays 16 bytes into
+// one): a forward row off its line stores its elements up to its first
+// whole line one at a time and streams its blocks from there (out_row,
+// line_head); stream_row stores a stack row's head and tail plainly. A
+// kernel whose blocks go straight into `out` with no such head (backward's
+// dx, the row maps) streams only where line_aligned(out). The bridge's
+// float32 rms_norm [4096, 4096] into numpy's out=, two Zen 4 cores: 4.7 ms
+// stored plainly, 3.0 ms so.
 template <typename T>
 bool row_streams(const T* out, std::int64_t rows, std::int64_t d, std::size_t operands) {
 #ifdef TIERKIT_ROW_VEC
