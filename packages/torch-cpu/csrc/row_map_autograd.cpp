@@ -7,7 +7,7 @@
 // The map is linear in x: x's gradient is the transposed map (the
 // _<name>_backward kernel) or, under create_graph, the entry's formula on
 // aten's ops (map_info::<name>::gradient, the op table's); the tables'
-// gradients (rare: cos and sin are usually buffers) are the formulas, and
+// gradients (rare: the tables are usually buffers) are the formulas, and
 // only then is x saved. The forward-mode tangent is the reference formula's
 // on the dual inputs.
 #include <ATen/ExpandUtils.h>
@@ -24,7 +24,9 @@
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <string>
+#include <utility>
 
 #include "autograd_support.h"
 #include "tierkit/op_table.h"
@@ -36,15 +38,23 @@ namespace {
 
 using namespace autograd_support;
 
-using MapFn = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, bool);
+// The map's and its backward's schema, name(x, <N tables>, bool flag), as a function type.
+template <typename Seq>
+struct MapFnOf;
+template <std::size_t... I>
+struct MapFnOf<std::index_sequence<I...>> {
+  using type = at::Tensor(const at::Tensor&, MapTable<I>..., bool);
+};
+template <std::size_t N>
+using MapFn = typename MapFnOf<std::make_index_sequence<N>>::type;
 
 // The op table's map formulas' functions over at::Tensor, for width r.
 struct AtenMapFunctions {
   int64_t r;
-  bool interleaved;
+  bool flag;  // the entry's flag: rotate's pairs (i, i + 1) where set, the halves' otherwise
   at::Tensor mapped(const at::Tensor& t) const { return t.narrow(-1, 0, r); }
   at::Tensor rotate(const at::Tensor& v) const {  // [-x2, x1] per pair
-    if (interleaved) {
+    if (flag) {
       const at::Tensor p = v.unflatten(-1, {-1, 2});
       return at::stack({-p.select(-1, 1), p.select(-1, 0)}, -1).flatten(-2);
     }
@@ -52,7 +62,7 @@ struct AtenMapFunctions {
     return at::cat({-v.narrow(-1, h, h), v.narrow(-1, 0, h)}, -1);
   }
   at::Tensor rotate_t(const at::Tensor& u) const {  // the transpose: [x2, -x1]
-    if (interleaved) {
+    if (flag) {
       const at::Tensor p = u.unflatten(-1, {-1, 2});
       return at::stack({p.select(-1, 1), -p.select(-1, 0)}, -1).flatten(-2);
     }
@@ -68,110 +78,144 @@ at::Tensor whole(const at::Tensor& mapped, const at::Tensor& full, int64_t r) {
   return rest == 0 ? mapped : at::cat({mapped, full.narrow(-1, r, rest).to(mapped.scalar_type())}, -1);
 }
 
-template <typename Info>
+template <typename Info, std::size_t N>
 struct AutogradMap;
 
-template <typename Info>
+// Info::gradient / Info::reference with the tables spread as arguments.
+template <typename Info, std::size_t N, std::size_t... I>
+at::Tensor gradient_of(const AtenMapFunctions& f, std::size_t i, const at::Tensor& g, const at::Tensor& x,
+                       const std::array<at::Tensor, N>& t, std::index_sequence<I...>) {
+  return Info::gradient(f, i, g, x, t[I]...);
+}
+template <typename Info, std::size_t N, std::size_t... I>
+at::Tensor reference_of(const AtenMapFunctions& f, const at::Tensor& x, const std::array<at::Tensor, N>& t,
+                        std::index_sequence<I...>) {
+  return Info::reference(f, x, t[I]...);
+}
+
+template <typename Info, std::size_t N>
 struct MapNode : Node {
-  SavedVariable x_, cos_, sin_;
-  bool x_saved = false, interleaved = false;
-  at::ScalarType x_dtype = at::kFloat, cos_dtype = at::kFloat, sin_dtype = at::kFloat;
+  static constexpr auto kSeq = std::make_index_sequence<N>{};
+  SavedVariable x_;
+  std::array<SavedVariable, N> tables_;
+  bool x_saved = false, flag = false;
+  at::ScalarType x_dtype = at::kFloat;
+  std::array<at::ScalarType, N> table_dtypes{};
   std::string name() const override { return Info::node_name; }
   void release_variables() override {
     x_.reset_data();
-    cos_.reset_data();
-    sin_.reset_data();
+    for (SavedVariable& t : tables_) t.reset_data();
   }
   variable_list apply(variable_list&& grads) override {
     const at::Tensor& g = grads[0];
     if (!g.defined()) return variable_list(num_outputs());
-    const at::Tensor cos = cos_.unpack(), sin = sin_.unpack();
+    std::array<at::Tensor, N> t;
+    for (std::size_t i = 0; i < N; ++i) t[i] = tables_[i].unpack();
     const at::Tensor x = x_saved ? x_.unpack() : at::Tensor();
-    const AtenMapFunctions f{cos.size(-1), interleaved};
-    variable_list out(3);
+    const AtenMapFunctions f{t[0].size(-1), flag};
+    variable_list out(N + 1);
     if (should_compute_output(0)) {
       if (c10::GradMode::is_enabled()) {  // create_graph: the formula on aten's ops, differentiable
-        out[0] = whole(Info::gradient(f, 0, g, x, cos, sin), g, f.r).to(x_dtype);
+        out[0] = whole(gradient_of<Info>(f, 0, g, x, t, kSeq), g, f.r).to(x_dtype);
       } else {
-        static std::atomic<const c10::OperatorHandle*> slot{nullptr};
-        const auto backward = op_handle<MapFn>(slot, AutogradMap<Info>::backward_name());
-        at::AutoDispatchBelowADInplaceOrView below;
-        out[0] = backward.call(g, cos, sin, interleaved).to(x_dtype);
+        out[0] = AutogradMap<Info, N>::call_below(/*backward=*/true, g, t, flag, kSeq).to(x_dtype);
       }
     }
-    if (should_compute_output(1)) out[1] = Info::gradient(f, 1, g, x, cos, sin).to(cos_dtype);
-    if (should_compute_output(2)) out[2] = Info::gradient(f, 2, g, x, cos, sin).to(sin_dtype);
+    for (std::size_t i = 0; i < N; ++i)
+      if (should_compute_output(i + 1))
+        out[i + 1] = gradient_of<Info>(f, i + 1, g, x, t, kSeq).to(table_dtypes[i]);
     return out;
   }
 };
 
-template <typename Info>
+template <typename Info, std::size_t N>
 struct AutogradMap {
+  static constexpr auto kSeq = std::make_index_sequence<N>{};
   // Built while the library loads (op_handle.h: no guarded statics).
   static inline const std::string kName = std::string("tierkit::") + Info::name;
   static inline const std::string kBackwardName = std::string("tierkit::") + Info::backward_name;
   static const char* op_name() { return kName.c_str(); }
   static const char* backward_name() { return kBackwardName.c_str(); }
 
-  static at::Tensor below(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                          bool interleaved) {
-    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
-    const auto h = op_handle<MapFn>(slot, op_name());
+  // Each schema's operator handle, found on first use (op_handle.h).
+  static inline std::atomic<const c10::OperatorHandle*> op_slot{nullptr}, backward_slot{nullptr};
+  // The map (or its backward: `backward`) below autograd, the tables spread as arguments.
+  template <std::size_t... I>
+  static at::Tensor call_below(bool backward, const at::Tensor& x, const std::array<at::Tensor, N>& t,
+                               bool flag, std::index_sequence<I...>) {
+    const auto h = backward ? op_handle<MapFn<N>>(backward_slot, backward_name())
+                            : op_handle<MapFn<N>>(op_slot, op_name());
     at::AutoDispatchBelowADInplaceOrView guard;
-    return h.call(x, cos, sin, interleaved);
+    return h.call(x, t[I]..., flag);
   }
 
-  static at::Tensor op(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
-    const bool graph =
-        c10::GradMode::is_enabled() && (requires_grad(x) || requires_grad(cos) || requires_grad(sin));
-    const bool forward_ad = has_tangent(x) || has_tangent(cos) || has_tangent(sin);
-    if (!graph && !forward_ad) return below(x, cos, sin, interleaved);
-    check_map<Info>(op_name(), x, std::array<const at::Tensor*, 2>{&cos, &sin}, x.device().type());
-    at::Tensor y = below(x, cos, sin, interleaved);
+  static std::array<at::Tensor, N> held(const std::array<const at::Tensor*, N>& ptrs) {
+    std::array<at::Tensor, N> t;
+    for (std::size_t i = 0; i < N; ++i) t[i] = *ptrs[i];
+    return t;
+  }
+  static bool any_requires_grad(const std::array<at::Tensor, N>& t) {
+    for (const at::Tensor& v : t)
+      if (requires_grad(v)) return true;
+    return false;
+  }
+
+  static at::Tensor forward(const at::Tensor& x, const std::array<const at::Tensor*, N>& ptrs, bool flag) {
+    const std::array<at::Tensor, N> t = held(ptrs);
+    const bool tables_grad = any_requires_grad(t);
+    const bool graph = c10::GradMode::is_enabled() && (requires_grad(x) || tables_grad);
+    bool forward_ad = has_tangent(x);
+    for (const at::Tensor& v : t) forward_ad = forward_ad || has_tangent(v);
+    if (!graph && !forward_ad) return call_below(/*backward=*/false, x, t, flag, kSeq);
+    check_map<Info>(op_name(), x, ptrs, x.device().type());
+    at::Tensor y = call_below(/*backward=*/false, x, t, flag, kSeq);
     if (graph) {
-      auto node = c10::make_intrusive<MapNode<Info>>();
-      node->set_next_edges(torch::autograd::collect_next_edges(x, cos, sin));
-      node->interleaved = interleaved;
+      auto node = c10::make_intrusive<MapNode<Info, N>>();
+      node->set_next_edges(next_edges(x, t, kSeq));
+      node->flag = flag;
       node->x_dtype = x.scalar_type();
-      node->cos_dtype = cos.scalar_type();
-      node->sin_dtype = sin.scalar_type();
-      node->x_saved = requires_grad(cos) || requires_grad(sin);  // the tables' gradients read x
+      node->x_saved = tables_grad;  // the tables' gradients read x
       if (node->x_saved) node->x_ = SavedVariable(saveable(x), /*is_output=*/false);
-      node->cos_ = SavedVariable(saveable(cos), /*is_output=*/false);
-      node->sin_ = SavedVariable(saveable(sin), /*is_output=*/false);
+      for (std::size_t i = 0; i < N; ++i) {
+        node->table_dtypes[i] = t[i].scalar_type();
+        node->tables_[i] = SavedVariable(saveable(t[i]), /*is_output=*/false);
+      }
       torch::autograd::set_history(y, node);
     }
     if (forward_ad) {
       // The reference's tangent, on the dual inputs, with grad mode as it is:
       // under torch.func an outer reverse level differentiates it.
-      const AtenMapFunctions f{cos.size(-1), interleaved};
-      const at::Tensor t = whole(Info::reference(f, x, cos, sin), x, f.r)._fw_grad(/*level=*/0);
-      if (t.defined()) y._set_fw_grad(t.to(y.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
+      const AtenMapFunctions f{t[0].size(-1), flag};
+      const at::Tensor tangent = whole(reference_of<Info>(f, x, t, kSeq), x, f.r)._fw_grad(/*level=*/0);
+      if (tangent.defined())
+        y._set_fw_grad(tangent.to(y.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
     }
     return y;
+  }
+  template <std::size_t... I>
+  static torch::autograd::edge_list next_edges(const at::Tensor& x, const std::array<at::Tensor, N>& t,
+                                               std::index_sequence<I...>) {
+    return torch::autograd::collect_next_edges(x, t[I]...);
   }
 
   // The building block is called below autograd by the node; a direct call
   // that needs a derivative is refused rather than silently cut.
-  static at::Tensor backward(const at::Tensor& grad, const at::Tensor& cos, const at::Tensor& sin,
-                             bool interleaved) {
-    TORCH_CHECK(
-        !(c10::GradMode::is_enabled() && (requires_grad(grad) || requires_grad(cos) || requires_grad(sin))),
-        backward_name(), ": not differentiable (a building block of ", op_name(),
-        "'s autograd; an argument requires grad); its double backward differentiates the formulas instead");
-    static std::atomic<const c10::OperatorHandle*> slot{nullptr};
-    const auto h = op_handle<MapFn>(slot, backward_name());
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return h.call(grad, cos, sin, interleaved);
+  static at::Tensor backward(const at::Tensor& grad, const std::array<const at::Tensor*, N>& ptrs,
+                             bool flag) {
+    const std::array<at::Tensor, N> t = held(ptrs);
+    TORCH_CHECK(!(c10::GradMode::is_enabled() && (requires_grad(grad) || any_requires_grad(t))),
+                backward_name(), ": not differentiable (a building block of ", op_name(),
+                "'s autograd; an argument requires grad); its double backward differentiates the formulas "
+                "instead");
+    return call_below(/*backward=*/true, grad, t, flag, kSeq);
   }
 };
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, Autograd, m) {
-#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES)                                 \
-  m.impl(tierkit::map_info::NAME::name, &AutogradMap<tierkit::map_info::NAME>::op); \
-  m.impl(tierkit::map_info::NAME::backward_name, &AutogradMap<tierkit::map_info::NAME>::backward);
+#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES) \
+  register_map_kernels<tierkit::map_info::NAME, AutogradMap<tierkit::map_info::NAME, TABLES>, TABLES>(m);
   TIERKIT_ROW_MAPS(TIERKIT_REGISTER_MAP)
 #undef TIERKIT_REGISTER_MAP
 }

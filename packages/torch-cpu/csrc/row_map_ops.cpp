@@ -9,6 +9,9 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstddef>
+#include <string>
+#include <utility>
 
 #include "tierkit/map_functors.h"
 #include "tierkit/op_table.h"
@@ -19,19 +22,15 @@
 namespace tierkit_torch {
 namespace {
 
-struct AtenRunner {
-  template <typename Fn>
-  void operator()(int64_t n, int64_t grain, const Fn& fn) const {
-    at::parallel_for(0, n, grain, fn);
-  }
-};
+// core's rows, split by at::parallel_for in core's row units (view.h).
+using AtenRunner = AtenRowRunner;
 
 template <typename Info, typename K>
 struct CpuMap {
   static constexpr std::size_t N = K::kTables;
 
   static at::Tensor run(const char* op, const at::Tensor& x_in, const std::array<const at::Tensor*, N>& in,
-                        bool interleaved, bool transpose) {
+                        bool flag, bool transpose) {
     const MapOperands<Info, N> m(op, x_in, in, c10::DeviceType::CPU);
     at::Tensor y = warm_empty(m.x.sizes(), m.x.options());
     tierkit::dispatch_accepted(to_core_dtype(m.dtype), "x", [&](auto tag) {
@@ -39,8 +38,7 @@ struct CpuMap {
       const T* ptrs[N];
       for (std::size_t i = 0; i < N; ++i) ptrs[i] = static_cast<const T*>(m.tables[i].const_data_ptr());
       tierkit::kernels::row_map<K>(static_cast<const T*>(m.x.const_data_ptr()), ptrs, m.layout, m.rows, m.d,
-                                   m.r, interleaved, transpose, static_cast<T*>(y.mutable_data_ptr()),
-                                   AtenRunner{});
+                                   m.r, flag, transpose, static_cast<T*>(y.mutable_data_ptr()), AtenRunner{});
     });
     return y;
   }
@@ -49,23 +47,22 @@ struct CpuMap {
   static inline const std::string kName = std::string("tierkit::") + Info::name;
   static inline const std::string kBackwardName = std::string("tierkit::") + Info::backward_name;
 
-  static at::Tensor op(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
-    return run(kName.c_str(), x, {&cos, &sin}, interleaved, false);
+  static at::Tensor forward(const at::Tensor& x, const std::array<const at::Tensor*, N>& tables, bool flag) {
+    return run(kName.c_str(), x, tables, flag, false);
   }
-  static at::Tensor backward(const at::Tensor& grad, const at::Tensor& cos, const at::Tensor& sin,
-                             bool interleaved) {
-    return run(kBackwardName.c_str(), grad, {&cos, &sin}, interleaved, true);
+  static at::Tensor backward(const at::Tensor& grad, const std::array<const at::Tensor*, N>& tables,
+                             bool flag) {
+    return run(kBackwardName.c_str(), grad, tables, flag, true);
   }
 };
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, CPU, m) {
-#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES)                                                       \
-  static_assert(TABLES == 2, "the row maps' kernels take two tables (cos, sin)");                         \
-  m.impl(tierkit::map_info::NAME::name, &CpuMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>::op); \
-  m.impl(tierkit::map_info::NAME::backward_name,                                                          \
-         &CpuMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>::backward);
+#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES)                                                         \
+  static_assert(TABLES == tierkit::kernels::FUNCTOR::kTables, "the entry's tables, the functor's");         \
+  register_map_kernels<tierkit::map_info::NAME, CpuMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>, \
+                       TABLES>(m);
   TIERKIT_ROW_MAPS(TIERKIT_REGISTER_MAP)
 #undef TIERKIT_REGISTER_MAP
 }

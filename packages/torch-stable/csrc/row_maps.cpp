@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stable_tensor.h"
@@ -55,7 +56,7 @@ template <typename Info, typename K>
 struct StableMap {
   static constexpr std::size_t N = K::kTables;
 
-  static Tensor run(const char* op, const Tensor& x_in, const std::array<Tensor, N>& in, bool interleaved,
+  static Tensor run(const char* op, const Tensor& x_in, const std::array<Tensor, N>& in, bool flag,
                     bool transpose) {
     check_map<Info>(op, x_in, in);
     tierkit::DType dt = dtype_of(x_in);
@@ -66,7 +67,8 @@ struct StableMap {
       return c.is_contiguous() ? c : torch::stable::contiguous(c);
     };
     const Tensor x = as(x_in);
-    std::array<Tensor, N> tables = {as(in[0]), as(in[1])};
+    std::array<Tensor, N> tables;
+    for (std::size_t i = 0; i < N; ++i) tables[i] = as(in[i]);
     Tensor y = torch::stable::new_empty(x, x.sizes());
     const auto xs = sizes_of(x);
     tierkit::kernels::RowTables<N> layout;
@@ -87,35 +89,42 @@ struct StableMap {
     core_check(op, [&] {
       tierkit::dispatch_accepted(dt, "x", [&](auto tag) {
         using T = decltype(tag);
-        const T* ptrs[N] = {static_cast<const T*>(tables[0].data_ptr()),
-                            static_cast<const T*>(tables[1].data_ptr())};
-        tierkit::kernels::row_map<K>(static_cast<const T*>(x.data_ptr()), ptrs, layout, rows, d, r,
-                                     interleaved, transpose, static_cast<T*>(y.mutable_data_ptr()),
-                                     RowRunner{});
+        const T* ptrs[N];
+        for (std::size_t i = 0; i < N; ++i) ptrs[i] = static_cast<const T*>(tables[i].data_ptr());
+        tierkit::kernels::row_map<K>(static_cast<const T*>(x.data_ptr()), ptrs, layout, rows, d, r, flag,
+                                     transpose, static_cast<T*>(y.mutable_data_ptr()), RowRunner{});
       });
     });
     return y;
   }
 
-  static Tensor op(Tensor x, Tensor cos, Tensor sin, bool interleaved) {
-    static const std::string name = std::string("tierkit_stable::") + Info::name;
-    return run(name.c_str(), x, {cos, sin}, interleaved, false);
-  }
-  static Tensor backward(Tensor grad, Tensor cos, Tensor sin, bool interleaved) {
-    static const std::string name = std::string("tierkit_stable::") + Info::backward_name;
-    return run(name.c_str(), grad, {cos, sin}, interleaved, true);
-  }
+  // The schema's kernels, name(x, <N tables>, bool flag) and its backward: one tensor argument a table.
+  template <std::size_t>
+  using Table = Tensor;
+  template <typename Seq>
+  struct Kernels;
+  template <std::size_t... I>
+  struct Kernels<std::index_sequence<I...>> {
+    static Tensor op(Tensor x, Table<I>... tables, bool flag) {
+      static const std::string name = std::string("tierkit_stable::") + Info::name;
+      return run(name.c_str(), x, {tables...}, flag, false);
+    }
+    static Tensor backward(Tensor grad, Table<I>... tables, bool flag) {
+      static const std::string name = std::string("tierkit_stable::") + Info::backward_name;
+      return run(name.c_str(), grad, {tables...}, flag, true);
+    }
+  };
+  using Registered = Kernels<std::make_index_sequence<N>>;
 };
 
 }  // namespace
 
 STABLE_TORCH_LIBRARY_IMPL(tierkit_stable, CPU, m) {
-#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES)                                 \
-  {                                                                                 \
-    static_assert(TABLES == 2, "the row maps' kernels take two tables (cos, sin)"); \
-    using M = StableMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>;        \
-    m.impl(tierkit::map_info::NAME::name, TORCH_BOX(&M::op));                       \
-    m.impl(tierkit::map_info::NAME::backward_name, TORCH_BOX(&M::backward));        \
+#define TIERKIT_REGISTER_MAP(NAME, FUNCTOR, TABLES)                                      \
+  {                                                                                      \
+    using M = StableMap<tierkit::map_info::NAME, tierkit::kernels::FUNCTOR>::Registered; \
+    m.impl(tierkit::map_info::NAME::name, TORCH_BOX(&M::op));                            \
+    m.impl(tierkit::map_info::NAME::backward_name, TORCH_BOX(&M::backward));             \
   }
   TIERKIT_ROW_MAPS(TIERKIT_REGISTER_MAP)
 #undef TIERKIT_REGISTER_MAP

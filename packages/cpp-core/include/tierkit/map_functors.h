@@ -91,6 +91,12 @@ struct Rotary {
       pairs<T, false>(x, c, s, lo, hi, h, interleaved, y);
   }
 
+  // The kind's call (row_maps.h): the tables' rows as the loops hand them over, cos then sin.
+  template <typename T>
+  static void row(const T* x, const T* const (&t)[kTables], std::int64_t d, std::int64_t r, bool interleaved,
+                  bool transpose, T* y) {
+    row(x, t[0], t[1], d, r, interleaved, transpose, y);
+  }
   // The row at the baseline level (and double's at every level).
   template <typename T>
   static void row(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r, bool interleaved,
@@ -171,6 +177,11 @@ struct Rotary {
         rotate<false>(a, b, ca, cb, sa, sb, ya, yb);
     }
 
+    // The kind's call (row_maps.h): the tables' rows as the loops hand them over, cos then sin.
+    TIERKIT_ROW_INLINE static void row(const T* x, const T* const (&t)[kTables], std::int64_t d,
+                                       std::int64_t r, bool interleaved, bool transpose, T* y, bool stream) {
+      row(x, t[0], t[1], d, r, interleaved, transpose, y, stream);
+    }
     TIERKIT_ROW_INLINE static void row(const T* x, const T* c, const T* s, std::int64_t d, std::int64_t r,
                                        bool interleaved, bool transpose, T* y, bool stream) {
       if constexpr (sizeof(T) == 2) {

@@ -22,8 +22,9 @@ namespace tierkit::kernels {
 namespace detail {
 
 // Rows [lo, hi) of x (rows of d) and y, row(x_row, table_rows, y_row) for
-// each, the tables' rows walked from the last row's (no division a row), x
-// prefetched ahead.
+// each (the functor gets its N table rows as one array, and the entry's one
+// flag; which table is which is the functor's business), the tables' rows walked from the last row's (no
+// division a row), x prefetched ahead.
 template <std::size_t N, typename T, typename Row>
 TIERKIT_ROW_INLINE void walk_map_rows(const T* x, const T* const (&tables)[N], const RowTables<N>& layout,
                                       std::int64_t d, std::int64_t lo, std::int64_t hi, T* y,
@@ -51,21 +52,21 @@ TIERKIT_ROW_INLINE void walk_map_rows(const T* x, const T* const (&tables)[N], c
 // everywhere) and RowVec's at AVX2 and AVX-512, as the row kinds' copies.
 template <typename K, typename T>
 void map_rows_scalar(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
-                     std::int64_t d, std::int64_t r, bool interleaved, bool transpose, std::int64_t lo,
+                     std::int64_t d, std::int64_t r, bool flag, bool transpose, std::int64_t lo,
                      std::int64_t hi, T* y) {
   walk_map_rows(x, tables, layout, d, lo, hi, y, [&](const T* xr, const T* const(&t)[K::kTables], T* yr) {
-    K::row(xr, t[0], t[1], d, r, interleaved, transpose, yr);
+    K::row(xr, t, d, r, flag, transpose, yr);
   });
 }
 #ifdef TIERKIT_ROW_VEC
 template <typename K, typename W, typename T>
 TIERKIT_ROW_INLINE void map_rows_vec(const T* x, const T* const (&tables)[K::kTables],
                                      const RowTables<K::kTables>& layout, std::int64_t d, std::int64_t r,
-                                     bool interleaved, bool transpose, std::int64_t lo, std::int64_t hi, T* y,
+                                     bool flag, bool transpose, std::int64_t lo, std::int64_t hi, T* y,
                                      bool stream) {
   walk_map_rows(x, tables, layout, d, lo, hi, y,
                 [&](const T* xr, const T* const(&t)[K::kTables], T* yr) TIERKIT_ROW_LAMBDA {
-                  K::template RowVec<W, T>::row(xr, t[0], t[1], d, r, interleaved, transpose, yr, stream);
+                  K::template RowVec<W, T>::row(xr, t, d, r, flag, transpose, yr, stream);
                 });
   if (stream) _mm_sfence();
 }
@@ -73,25 +74,24 @@ template <typename K, typename T>
 struct MapRowsBody {
   template <typename W>
   static void run(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
-                  std::int64_t d, std::int64_t r, bool interleaved, bool transpose, std::int64_t lo,
-                  std::int64_t hi, T* y, bool stream) {
-    map_rows_vec<K, W, T>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
+                  std::int64_t d, std::int64_t r, bool flag, bool transpose, std::int64_t lo, std::int64_t hi,
+                  T* y, bool stream) {
+    map_rows_vec<K, W, T>(x, tables, layout, d, r, flag, transpose, lo, hi, y, stream);
   }
 };
 #endif
 template <typename K, typename T>
 void map_rows(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
-              std::int64_t d, std::int64_t r, bool interleaved, bool transpose, std::int64_t lo,
-              std::int64_t hi, T* y, bool stream) {
+              std::int64_t d, std::int64_t r, bool flag, bool transpose, std::int64_t lo, std::int64_t hi,
+              T* y, bool stream) {
 #ifdef TIERKIT_ROW_VEC
   // At the CPU's level (simd_copies.h); double and baseline x86-64: the scalar rows.
   if constexpr (!std::is_same_v<T, double>)
-    if (run_at_level<MapRowsBody<K, T>, T>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y,
-                                           stream))
+    if (run_at_level<MapRowsBody<K, T>, T>(x, tables, layout, d, r, flag, transpose, lo, hi, y, stream))
       return;
 #endif
   (void)stream;
-  map_rows_scalar<K>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y);
+  map_rows_scalar<K>(x, tables, layout, d, r, flag, transpose, lo, hi, y);
 }
 
 }  // namespace detail
@@ -101,7 +101,7 @@ void map_rows(const T* x, const T* const (&tables)[K::kTables], const RowTables<
 // rows are streamed past the cache where the call outgrows it (row_streams).
 template <typename K, typename T, typename Runner = PoolRunner>
 void row_map(const T* x, const T* const (&tables)[K::kTables], const RowTables<K::kTables>& layout,
-             std::int64_t rows, std::int64_t d, std::int64_t r, bool interleaved, bool transpose, T* y,
+             std::int64_t rows, std::int64_t d, std::int64_t r, bool flag, bool transpose, T* y,
              const Runner& run = {}) {
   if (rows <= 0 || d <= 0) return;
   check(r >= 0 && r % 2 == 0 && r <= d, "row_map: the width r (", r,
@@ -109,7 +109,7 @@ void row_map(const T* x, const T* const (&tables)[K::kTables], const RowTables<K
   // A map's float blocks are stored straight into y: streamed only from whole lines.
   const bool stream = detail::row_streams(y, rows, d, 2) && detail::line_aligned(y);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
-    detail::map_rows<K>(x, tables, layout, d, r, interleaved, transpose, lo, hi, y, stream);
+    detail::map_rows<K>(x, tables, layout, d, r, flag, transpose, lo, hi, y, stream);
   });
 }
 

@@ -32,21 +32,22 @@ __all__ = [
 # ---- the formulas over torch ------------------------------------------------------
 
 
-def formulas(torch: Any, entry: RowMap, interleaved: bool, r: int) -> dict[str, Callable[..., Any]]:
-    """The formula vocabulary of the kind over torch for width r."""
+def formulas(torch: Any, entry: RowMap, flag: bool, r: int) -> dict[str, Callable[..., Any]]:
+    """The formula vocabulary of the kind over torch for width r; `flag`: the
+    entry's one flag (rotate's pairs are (2i, 2i + 1) where set, the halves' otherwise)."""
 
     def mapped(t: Any) -> Any:
         return t[..., :r]
 
     def rotate(v: Any) -> Any:
-        if interleaved:  # (a, b) -> (-b, a) per pair (2i, 2i + 1)
+        if flag:  # the entry's flag set: (a, b) -> (-b, a) per pair (2i, 2i + 1)
             pairs = v.unflatten(-1, (-1, 2))
             return torch.stack((-pairs[..., 1], pairs[..., 0]), -1).flatten(-2)
         half = v.shape[-1] // 2
         return torch.cat((-v[..., half:], v[..., :half]), -1)
 
     def rotate_t(u: Any) -> Any:  # the transpose: (a, b) -> (b, -a)
-        if interleaved:
+        if flag:
             pairs = u.unflatten(-1, (-1, 2))
             return torch.stack((pairs[..., 1], -pairs[..., 0]), -1).flatten(-2)
         half = u.shape[-1] // 2
@@ -67,10 +68,10 @@ def _whole(torch: Any, mapped: Any, rest: Any) -> Any:
     return mapped if rest.shape[-1] == 0 else torch.cat((mapped, rest.to(mapped.dtype)), -1)
 
 
-def reference(torch: Any, entry: RowMap, x: Any, tables: Sequence[Any], interleaved: bool) -> Any:
+def reference(torch: Any, entry: RowMap, x: Any, tables: Sequence[Any], flag: bool) -> Any:
     """The entry's value by its formula on torch's ops (differentiable), in the inputs' dtypes."""
     r = tables[0].shape[-1]
-    names: dict[str, Any] = {**formulas(torch, entry, interleaved, r), "x": x}
+    names: dict[str, Any] = {**formulas(torch, entry, flag, r), "x": x}
     names.update(zip(entry.tables, tables))
     return _whole(torch, _eval(entry, entry.reference, names), x[..., r:])
 
@@ -81,12 +82,12 @@ def gradients(
     grad: Any,
     x: Any,
     tables: Sequence[Any],
-    interleaved: bool,
+    flag: bool,
     wanted: Sequence[bool],
 ) -> list[Any]:
     """x's and each table's gradient by the entry's formulas (None where not wanted), each in its input's dtype."""
     r = tables[0].shape[-1]
-    names: dict[str, Any] = {**formulas(torch, entry, interleaved, r), "x": x, "grad": grad}
+    names: dict[str, Any] = {**formulas(torch, entry, flag, r), "x": x, "grad": grad}
     names.update(zip(entry.tables, tables))
     out: list[Any] = [None] * (1 + len(tables))
     if wanted[0]:

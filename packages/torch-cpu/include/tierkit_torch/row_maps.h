@@ -7,15 +7,48 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/library.h>
 
 #include <array>
 #include <cstddef>
+#include <utility>
 
 #include "tierkit/row_rules.h"
 #include "tierkit/row_tables.h"
 #include "tierkit_torch/checks.h"
 
 namespace tierkit_torch {
+
+// A map kernel's table argument, one per index of an index sequence over the
+// entry's tables: name(x, MapTable<I>... tables, bool flag) is the schema's
+// signature for any count.
+template <std::size_t>
+using MapTable = const at::Tensor&;
+
+// An entry's two kernels under one dispatch key, for any count of tables:
+// name(x, <N tables>, bool flag) calls Impl::forward(x, tables, flag) and
+// _name_backward(grad, <N tables>, bool flag) Impl::backward, the tables as
+// an array (torch-cpu's CPU and Autograd kernels).
+template <typename Info, typename Impl, typename Seq>
+struct MapKernels;
+template <typename Info, typename Impl, std::size_t... I>
+struct MapKernels<Info, Impl, std::index_sequence<I...>> {
+  static constexpr std::size_t N = sizeof...(I);
+  static at::Tensor op(const at::Tensor& x, MapTable<I>... tables, bool flag) {
+    return Impl::forward(x, std::array<const at::Tensor*, N>{&tables...}, flag);
+  }
+  static at::Tensor backward(const at::Tensor& grad, MapTable<I>... tables, bool flag) {
+    return Impl::backward(grad, std::array<const at::Tensor*, N>{&tables...}, flag);
+  }
+  static void register_into(torch::Library& m) {
+    m.impl(Info::name, &op);
+    m.impl(Info::backward_name, &backward);
+  }
+};
+template <typename Info, typename Impl, std::size_t N>
+void register_map_kernels(torch::Library& m) {
+  MapKernels<Info, Impl, std::make_index_sequence<N>>::register_into(m);
+}
 
 template <typename Info, std::size_t N>
 void check_map(const char* op, const at::Tensor& x, const std::array<const at::Tensor*, N>& tables,
