@@ -191,12 +191,17 @@ o = torch.rand(1 << 16)  # not empty(): garbage NaNs would fail torch.equal by c
 def every_kind(forward_ad=True):
     # One call of each kind in each autograd mode: each makes its first
     # lookups (operator handles, load-time names) on first use.
-    x = torch.rand(4, 64, dtype=torch.bfloat16)
-    r = torch.rand(4, 64, dtype=torch.bfloat16)
-    w = torch.rand(64)
-    b = torch.rand(64)
-    cos, sin = torch.rand(4, 32), torch.rand(4, 32)
-    xg = torch.rand(4, 64, requires_grad=True)
+    # Its own generator: torch's default one is a mutex with no fork
+    # handler, so a fork while the thread drew from it left the child's
+    # first torch.rand waiting forever (seen once in CI, on this line) --
+    # torch's hazard, like the import lock above, not the one tested here.
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(4, 64, dtype=torch.bfloat16, generator=g)
+    r = torch.rand(4, 64, dtype=torch.bfloat16, generator=g)
+    w = torch.rand(64, generator=g)
+    b = torch.rand(64, generator=g)
+    cos, sin = torch.rand(4, 32, generator=g), torch.rand(4, 32, generator=g)
+    xg = torch.rand(4, 64, generator=g).requires_grad_()
     ops = torch.ops.tierkit
     ok = True
     ok &= ops.rms_norm(x, w, 1e-6).dtype == x.dtype
