@@ -459,6 +459,16 @@ TIERKIT_ROW_INLINE float bf16_row_floor(const BFloat16* x, std::int64_t d) {
   if (low == 0xffffu) return std::numeric_limits<float>::infinity();
   return tierkit::detail::bits_float(static_cast<std::uint32_t>(low + 1u) << 16);
 }
+// Whether p starts a 64-byte line: a streamed vector store needs it.
+inline bool line_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
+// A streamed row's elements before its first whole line (at most d), which
+// its kernel stores one at a time so that its blocks start on that line
+// (vec_each's `head`); 0 where the row starts a line or does not stream.
+template <typename T>
+inline std::int64_t line_head(const T* p, std::int64_t d, bool stream) {
+  const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 64);
+  return stream && off ? std::min<std::int64_t>(d, (64 - off) / static_cast<std::int64_t>(sizeof(T))) : 0;
+}
 // The widest 16-bit row the vector rows stream (row_streams): its forward
 // output is computed into a stack row of this many elements, then leaves a
 // line at a time (stream_row).
@@ -480,9 +490,7 @@ template <typename W, typename T>
 TIERKIT_ROW_INLINE void stream_row(const T* row, T* out, std::int64_t d) {
   using U = typename W::U;
   constexpr std::int64_t kStep = static_cast<std::int64_t>(sizeof(U) / sizeof(T));
-  const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(out) % 64);
-  const std::int64_t head =
-      std::min<std::int64_t>(d, off ? (64 - off) / static_cast<std::int64_t>(sizeof(T)) : 0);
+  const std::int64_t head = line_head(out, d, /*stream=*/true);
   std::int64_t j = 0;
   for (; j < head; ++j) out[j] = row[j];
   for (; j + kStep <= d; j += kStep) {
@@ -739,16 +747,6 @@ inline std::int64_t row_grain(std::int64_t d) {
   return std::max<std::int64_t>(1, kGrain / std::max<std::int64_t>(1, d));
 }
 
-// Whether p starts a 64-byte line: a streamed vector store needs it.
-inline bool line_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
-// A streamed row's elements before its first whole line (at most d), which
-// its kernel stores one at a time so that its blocks start on that line
-// (vec_each's `head`); 0 where the row starts a line or does not stream.
-template <typename T>
-inline std::int64_t line_head(const T* p, std::int64_t d, bool stream) {
-  const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 64);
-  return stream && off ? std::min<std::int64_t>(d, (64 - off) / static_cast<std::int64_t>(sizeof(T))) : 0;
-}
 // Whether an output `out` of rows of d, in a kernel over `operands` such
 // arrays, is written with non-temporal stores: float and the 16-bit types
 // (not double), at the vector levels, where the call's arrays outgrow the
