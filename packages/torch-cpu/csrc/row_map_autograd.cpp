@@ -81,6 +81,20 @@ at::Tensor whole(const at::Tensor& mapped, const at::Tensor& full, int64_t r) {
 template <typename Info, std::size_t N>
 struct AutogradMap;
 
+// The tables as held values (a formula's arguments, the node's) and back.
+template <std::size_t N>
+MapTables<N> pointers(const std::array<at::Tensor, N>& t) {
+  MapTables<N> p;
+  for (std::size_t i = 0; i < N; ++i) p[i] = &t[i];
+  return p;
+}
+template <std::size_t N>
+std::array<at::Tensor, N> held(const MapTables<N>& p) {
+  std::array<at::Tensor, N> t;
+  for (std::size_t i = 0; i < N; ++i) t[i] = *p[i];
+  return t;
+}
+
 // Info::gradient / Info::reference with the tables spread as arguments.
 template <typename Info, std::size_t N, std::size_t... I>
 at::Tensor gradient_of(const AtenMapFunctions& f, std::size_t i, const at::Tensor& g, const at::Tensor& x,
@@ -118,7 +132,7 @@ struct MapNode : Node {
       if (c10::GradMode::is_enabled()) {  // create_graph: the formula on aten's ops, differentiable
         out[0] = whole(gradient_of<Info>(f, 0, g, x, t, kSeq), g, f.r).to(x_dtype);
       } else {
-        out[0] = AutogradMap<Info, N>::call_below(/*backward=*/true, g, t, flag, kSeq).to(x_dtype);
+        out[0] = AutogradMap<Info, N>::call_below(/*backward=*/true, g, pointers(t), flag, kSeq).to(x_dtype);
       }
     }
     for (std::size_t i = 0; i < N; ++i)
@@ -141,33 +155,29 @@ struct AutogradMap {
   static inline std::atomic<const c10::OperatorHandle*> op_slot{nullptr}, backward_slot{nullptr};
   // The map (or its backward: `backward`) below autograd, the tables spread as arguments.
   template <std::size_t... I>
-  static at::Tensor call_below(bool backward, const at::Tensor& x, const std::array<at::Tensor, N>& t,
-                               bool flag, std::index_sequence<I...>) {
+  static at::Tensor call_below(bool backward, const at::Tensor& x, const MapTables<N>& t, bool flag,
+                               std::index_sequence<I...>) {
     const auto h = backward ? op_handle<MapFn<N>>(backward_slot, backward_name())
                             : op_handle<MapFn<N>>(op_slot, op_name());
     at::AutoDispatchBelowADInplaceOrView guard;
-    return h.call(x, t[I]..., flag);
+    return h.call(x, *t[I]..., flag);
   }
 
-  static std::array<at::Tensor, N> held(const std::array<const at::Tensor*, N>& ptrs) {
-    std::array<at::Tensor, N> t;
-    for (std::size_t i = 0; i < N; ++i) t[i] = *ptrs[i];
-    return t;
-  }
-  static bool any_requires_grad(const std::array<at::Tensor, N>& t) {
-    for (const at::Tensor& v : t)
-      if (requires_grad(v)) return true;
+  static bool any_requires_grad(const MapTables<N>& t) {
+    for (const at::Tensor* v : t)
+      if (requires_grad(*v)) return true;
     return false;
   }
 
-  static at::Tensor forward(const at::Tensor& x, const std::array<const at::Tensor*, N>& ptrs, bool flag) {
-    const std::array<at::Tensor, N> t = held(ptrs);
+  // The no-derivative path touches the caller's tables only through `t`: no
+  // reference count moves until a node saves them.
+  static at::Tensor forward(const at::Tensor& x, const MapTables<N>& t, bool flag) {
     const bool tables_grad = any_requires_grad(t);
     const bool graph = c10::GradMode::is_enabled() && (requires_grad(x) || tables_grad);
     bool forward_ad = has_tangent(x);
-    for (const at::Tensor& v : t) forward_ad = forward_ad || has_tangent(v);
+    for (const at::Tensor* v : t) forward_ad = forward_ad || has_tangent(*v);
     if (!graph && !forward_ad) return call_below(/*backward=*/false, x, t, flag, kSeq);
-    check_map<Info>(op_name(), x, ptrs, x.device().type());
+    check_map<Info>(op_name(), x, t, x.device().type());
     at::Tensor y = call_below(/*backward=*/false, x, t, flag, kSeq);
     if (graph) {
       auto node = c10::make_intrusive<MapNode<Info, N>>();
@@ -177,32 +187,30 @@ struct AutogradMap {
       node->x_saved = tables_grad;  // the tables' gradients read x
       if (node->x_saved) node->x_ = SavedVariable(saveable(x), /*is_output=*/false);
       for (std::size_t i = 0; i < N; ++i) {
-        node->table_dtypes[i] = t[i].scalar_type();
-        node->tables_[i] = SavedVariable(saveable(t[i]), /*is_output=*/false);
+        node->table_dtypes[i] = t[i]->scalar_type();
+        node->tables_[i] = SavedVariable(saveable(*t[i]), /*is_output=*/false);
       }
       torch::autograd::set_history(y, node);
     }
     if (forward_ad) {
       // The reference's tangent, on the dual inputs, with grad mode as it is:
       // under torch.func an outer reverse level differentiates it.
-      const AtenMapFunctions f{t[0].size(-1), flag};
-      const at::Tensor tangent = whole(reference_of<Info>(f, x, t, kSeq), x, f.r)._fw_grad(/*level=*/0);
+      const AtenMapFunctions f{t[0]->size(-1), flag};
+      const at::Tensor tangent = whole(reference_of<Info>(f, x, held(t), kSeq), x, f.r)._fw_grad(/*level=*/0);
       if (tangent.defined())
         y._set_fw_grad(tangent.to(y.scalar_type()), /*level=*/0, /*is_inplace_op=*/false);
     }
     return y;
   }
   template <std::size_t... I>
-  static torch::autograd::edge_list next_edges(const at::Tensor& x, const std::array<at::Tensor, N>& t,
+  static torch::autograd::edge_list next_edges(const at::Tensor& x, const MapTables<N>& t,
                                                std::index_sequence<I...>) {
-    return torch::autograd::collect_next_edges(x, t[I]...);
+    return torch::autograd::collect_next_edges(x, *t[I]...);
   }
 
   // The building block is called below autograd by the node; a direct call
   // that needs a derivative is refused rather than silently cut.
-  static at::Tensor backward(const at::Tensor& grad, const std::array<const at::Tensor*, N>& ptrs,
-                             bool flag) {
-    const std::array<at::Tensor, N> t = held(ptrs);
+  static at::Tensor backward(const at::Tensor& grad, const MapTables<N>& t, bool flag) {
     TORCH_CHECK(!(c10::GradMode::is_enabled() && (requires_grad(grad) || any_requires_grad(t))),
                 backward_name(), ": not differentiable (a building block of ", op_name(),
                 "'s autograd; an argument requires grad); its double backward differentiates the formulas "

@@ -2,8 +2,9 @@
 // one template for every entry: the map and its transpose (x's gradient,
 // _<name>_backward). The arithmetic and the loops are core's
 // (tierkit/map_functors.h); inputs of mixed dtypes are computed in their
-// promotion (a conversion of the small tables, usually). Autograd, fakes and
-// vmap are torch-common's (row_maps.py), shared with torch-stable.
+// promotion (a conversion of the small tables, usually). Autograd is
+// row_map_autograd.cpp's; fakes and vmap are torch-common's (row_maps.py),
+// shared with torch-stable, whose autograd is there too.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <torch/library.h>
@@ -22,15 +23,12 @@
 namespace tierkit_torch {
 namespace {
 
-// core's rows, split by at::parallel_for in core's row units (view.h).
-using AtenRunner = AtenRowRunner;
-
 template <typename Info, typename K>
 struct CpuMap {
   static constexpr std::size_t N = K::kTables;
 
-  static at::Tensor run(const char* op, const at::Tensor& x_in, const std::array<const at::Tensor*, N>& in,
-                        bool flag, bool transpose) {
+  static at::Tensor run(const char* op, const at::Tensor& x_in, const MapTables<N>& in, bool flag,
+                        bool transpose) {
     const MapOperands<Info, N> m(op, x_in, in, c10::DeviceType::CPU);
     at::Tensor y = warm_empty(m.x.sizes(), m.x.options());
     tierkit::dispatch_accepted(to_core_dtype(m.dtype), "x", [&](auto tag) {
@@ -38,7 +36,8 @@ struct CpuMap {
       const T* ptrs[N];
       for (std::size_t i = 0; i < N; ++i) ptrs[i] = static_cast<const T*>(m.tables[i].const_data_ptr());
       tierkit::kernels::row_map<K>(static_cast<const T*>(m.x.const_data_ptr()), ptrs, m.layout, m.rows, m.d,
-                                   m.r, flag, transpose, static_cast<T*>(y.mutable_data_ptr()), AtenRunner{});
+                                   m.r, flag, transpose, static_cast<T*>(y.mutable_data_ptr()),
+                                   AtenRowRunner{});
     });
     return y;
   }

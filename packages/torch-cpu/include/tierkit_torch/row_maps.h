@@ -24,6 +24,9 @@ namespace tierkit_torch {
 // signature for any count.
 template <std::size_t>
 using MapTable = const at::Tensor&;
+// The same tables as one argument: the kernels' Impl receives them so.
+template <std::size_t N>
+using MapTables = std::array<const at::Tensor*, N>;
 
 // An entry's two kernels under one dispatch key, for any count of tables:
 // name(x, <N tables>, bool flag) calls Impl::forward(x, tables, flag) and
@@ -35,10 +38,10 @@ template <typename Info, typename Impl, std::size_t... I>
 struct MapKernels<Info, Impl, std::index_sequence<I...>> {
   static constexpr std::size_t N = sizeof...(I);
   static at::Tensor op(const at::Tensor& x, MapTable<I>... tables, bool flag) {
-    return Impl::forward(x, std::array<const at::Tensor*, N>{&tables...}, flag);
+    return Impl::forward(x, MapTables<N>{&tables...}, flag);
   }
   static at::Tensor backward(const at::Tensor& grad, MapTable<I>... tables, bool flag) {
-    return Impl::backward(grad, std::array<const at::Tensor*, N>{&tables...}, flag);
+    return Impl::backward(grad, MapTables<N>{&tables...}, flag);
   }
   static void register_into(torch::Library& m) {
     m.impl(Info::name, &op);
@@ -51,8 +54,7 @@ void register_map_kernels(torch::Library& m) {
 }
 
 template <typename Info, std::size_t N>
-void check_map(const char* op, const at::Tensor& x, const std::array<const at::Tensor*, N>& tables,
-               c10::DeviceType device) {
+void check_map(const char* op, const at::Tensor& x, const MapTables<N>& tables, c10::DeviceType device) {
   namespace rules = tierkit::row_rules;
   check_defined(op, x, "x");
   core_check(op, [&] { rules::x_rank(x.dim(), nullptr, rules::kTorchWords); });
@@ -75,7 +77,7 @@ void check_map(const char* op, const at::Tensor& x, const std::array<const at::T
 
 // torch's promotion of x and the tables.
 template <std::size_t N>
-at::ScalarType map_dtype(const at::Tensor& x, const std::array<const at::Tensor*, N>& tables) {
+at::ScalarType map_dtype(const at::Tensor& x, const MapTables<N>& tables) {
   at::ScalarType t = x.scalar_type();
   for (const at::Tensor* p : tables) t = c10::promoteTypes(t, p->scalar_type());
   return t;
