@@ -1,20 +1,19 @@
-// CUDA kernels of the row maps (the op table's third kind: rotary
-// embeddings): a thread per output element, grid-stride; its pair partner
-// and table row found from the row's index (core's RowTables layout). The
-// arithmetic is core's (tierkit/map_functors.h): two products rounded, then
-// their sum (mul_rn/add_rn: no FMA), each output rounded once from the
-// compute type with core's conversion (device_math.cuh), so every non-NaN
-// output equals the CPU tiers' bit for bit, and columns past r are copied
-// bits and all. A computed NaN is NaN where the CPU's is, not with its bits:
-// the GPU's arithmetic returns its one canonical NaN (stored as bfloat16
-// 0x7fff, float16 0x7e00, float 0x7fffffff) where the CPU's keeps an
-// operand's sign and payload (tests/test_gpu_nan.py).
+// CUDA kernels of the row maps (the op table's third kind), one template for
+// every entry: a thread per output element, grid-stride; its row's table
+// rows found from the row's index (core's RowTables layout), columns past r
+// copied bits and all. The arithmetic is the entry's functor's
+// (map_functors.cuh), core's in core's order, so every non-NaN output
+// equals the CPU tiers' bit for bit. A computed NaN is NaN where the CPU's
+// is, not with its bits: the GPU's arithmetic returns its one canonical NaN
+// (stored as bfloat16 0x7fff, float16 0x7e00, float 0x7fffffff) where the
+// CPU's keeps an operand's sign and payload (tests/test_gpu_nan.py).
 #include <c10/cuda/CUDAException.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "device_math.cuh"
+#include "map_functors.cuh"
 #include "map_launch.h"
 
 namespace tierkit_cuda {
@@ -22,7 +21,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ int64_t table_offset(const tierkit::kernels::RowTables<2>& l, int t, int64_t row) {
+// Table t's element offset of x's row `row` (its strides over x's leading dims).
+__device__ __forceinline__ int64_t table_offset(const tierkit::kernels::RowTables<kMapTables>& l, int t,
+                                                int64_t row) {
   int64_t off = 0;
   for (int k = l.rank - 1; k >= 0; --k) {
     const int64_t i = row % l.shape[k];
@@ -32,30 +33,22 @@ __device__ __forceinline__ int64_t table_offset(const tierkit::kernels::RowTable
   return off;
 }
 
-// The rotary map: y_j = x_j c_j + sign_j x_p s_j (forward), x_j c_j - sign_j x_p s_p (transpose), with p
-// the pair partner of j and sign_j = -1 for a pair's first element, +1 for its second.
-template <typename T>
-__global__ void __launch_bounds__(kThreads) rotary_kernel(MapArgs a) {
+template <template <typename> class F, typename T>
+__global__ void __launch_bounds__(kThreads) map_kernel(MapArgs a) {
+  constexpr int kTables = F<T>::kTables;
   const T* x = static_cast<const T*>(a.x);
-  const T* c = static_cast<const T*>(a.table0);
-  const T* s = static_cast<const T*>(a.table1);
   T* y = static_cast<T*>(a.y);
-  const int64_t n = a.rows * a.d, h = a.r / 2;
+  const int64_t n = a.rows * a.d;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kThreads) {
     const int64_t row = i / a.d, j = i - row * a.d;
     if (j >= a.r) {
       y[i] = x[i];
       continue;
     }
-    const bool first = a.interleaved ? (j % 2 == 0) : (j < h);
-    const int64_t p = a.interleaved ? (first ? j + 1 : j - 1) : (first ? j + h : j - h);
-    const int64_t co = table_offset(a.layout, 0, row), so = table_offset(a.layout, 1, row);
-    const auto xj = to_compute(x[i]), xp = to_compute(x[row * a.d + p]);
-    const auto cj = to_compute(c[co + j]);
-    const auto sv = to_compute(s[so + (a.transpose ? p : j)]);
-    const auto prod = mul_rn(xp, sv);
-    const bool minus = first != a.transpose;  // forward: first subtracts; transpose: second does
-    y[i] = from_compute<T>(add_rn(mul_rn(xj, cj), minus ? -prod : prod));
+    const T* t[kTables];
+    for (int k = 0; k < kTables; ++k)
+      t[k] = static_cast<const T*>(a.tables[k]) + table_offset(a.layout, k, row);
+    y[i] = F<T>::element(x + row * a.d, t, j, a.r, a.flag, a.transpose);
   }
 }
 
@@ -73,7 +66,13 @@ void launch_row_map(MapKind kind, tierkit::DType dtype, const MapArgs& args, cud
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
     switch (kind) {
-      case MapKind::rotary_embedding: rotary_kernel<T><<<blocks, kThreads, 0, stream>>>(args); break;
+#define TIERKIT_MAP_CASE(NAME, FUNCTOR, TABLES)                                              \
+  case MapKind::NAME:                                                                        \
+    static_assert(FUNCTOR##MapF<T>::kTables == TABLES, "the entry's tables, the functor's"); \
+    map_kernel<FUNCTOR##MapF, T><<<blocks, kThreads, 0, stream>>>(args);                     \
+    break;
+      TIERKIT_ROW_MAPS(TIERKIT_MAP_CASE)
+#undef TIERKIT_MAP_CASE
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });

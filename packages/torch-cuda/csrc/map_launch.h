@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "tierkit/dtype.h"
@@ -21,16 +23,23 @@ enum class MapKind {
 #undef TIERKIT_MAP_KIND
 };
 
-// Contiguous x [rows, d] and y of one dtype; the two tables (contiguous, r
-// columns) addressed per row through `layout` (core's RowTables).
+// The most tables an entry of the kind takes: MapArgs has room for them.
+#define TIERKIT_MAP_TABLES(NAME, FUNCTOR, TABLES) \
+  , std::size_t { TABLES }
+inline constexpr std::size_t kMapTables = std::max({std::size_t{1} TIERKIT_ROW_MAPS(TIERKIT_MAP_TABLES)});
+#undef TIERKIT_MAP_TABLES
+
+// Contiguous x [rows, d] and y of one dtype; the entry's tables (contiguous,
+// r columns; the first of them, in the entry's order) addressed per row
+// through `layout` (core's RowTables); the entry's flag; `transpose` for
+// x's gradient (the map's transpose).
 struct MapArgs {
   const void* x;
-  const void* table0;
-  const void* table1;
+  const void* tables[kMapTables];
   void* y;
   int64_t rows, d, r;
-  bool interleaved, transpose;
-  tierkit::kernels::RowTables<2> layout;
+  bool flag, transpose;
+  tierkit::kernels::RowTables<kMapTables> layout;
 };
 
 void launch_row_map(MapKind kind, tierkit::DType dtype, const MapArgs& args, cudaStream_t stream);
