@@ -242,7 +242,7 @@ TEST(RotaryCachedLayout, TokenRowsAndKeySharingQuery) {
     bool brute = false;
     for (const auto a : qe)
       for (const auto b : ke) brute = brute || a == b;
-    EXPECT_EQ(k::key_shares_query(fused.data(), q, fused.data() + key_at, kr, sizeof(float), 8, 4, never),
+    EXPECT_EQ(k::written_rows_share(fused.data(), q, fused.data() + key_at, kr, sizeof(float), 8, 4, never),
               brute)
         << "key at " << key_at;
   }
@@ -252,9 +252,9 @@ TEST(RotaryCachedLayout, TokenRowsAndKeySharingQuery) {
     ++asked;
     return true;
   };
-  EXPECT_TRUE(k::key_shares_query(fused.data(), q, fused.data() + 16, t, sizeof(float), 8, 4, spans));
-  EXPECT_TRUE(k::key_shares_query(fused.data(), q, reinterpret_cast<const char*>(fused.data() + 16) + 2, q,
-                                  sizeof(float), 8, 4, spans));
+  EXPECT_TRUE(k::written_rows_share(fused.data(), q, fused.data() + 16, t, sizeof(float), 8, 4, spans));
+  EXPECT_TRUE(k::written_rows_share(fused.data(), q, reinterpret_cast<const char*>(fused.data() + 16) + 2, q,
+                                    sizeof(float), 8, 4, spans));
   EXPECT_EQ(asked, 2);
 }
 

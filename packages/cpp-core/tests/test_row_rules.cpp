@@ -19,7 +19,7 @@ template <typename F>
 std::string refusal(F&& f) {
   try {
     f();
-  } catch (const tierkit::InvalidArgument& e) {
+  } catch (const tierkit::Error& e) {  // InvalidArgument, or DTypeError for the dtype rules
     return e.what();
   }
   return "";
@@ -104,6 +104,39 @@ TEST(RowRules, AWrittenRoleOwnsEachElement) {
   EXPECT_EQ(refusal([] { rules::written_apart("key", "query", false); }), "");
   EXPECT_EQ(refusal([] { rules::written_apart("key", "query", true); }),
             "key: shares memory with query (its elements would be written twice)");
+}
+
+TEST(RowRules, TheInPlaceRolesAreNamedByTheEntry) {
+  // Each message names the roles as the caller names them (vLLM's names
+  // for the cached rotary; another entry's own).
+  const Sizes q{3, 4, 8}, pos{3, 4}, cache{16, 8};
+  EXPECT_EQ(refusal([&] {
+              rules::indexed_heads("query", q, pos, "positions", 8, "head_size", rules::kTorchWords);
+            }),
+            "");
+  EXPECT_EQ(
+      refusal([&] { rules::indexed_heads("q", q, Sizes{4}, "ids", 8, "width", rules::kTorchWords); }),
+      "q: expected ids's shape [4] as its leading dims and a token's heads after them, got shape [3, 4, 8]");
+  EXPECT_EQ(refusal([&] { rules::indexed_heads("q", q, pos, "ids", 3, "width", rules::kNumpyWords); }),
+            "q: expected whole heads of width (3) a token, got 8 elements a token");
+  EXPECT_EQ(
+      refusal([&] { rules::gathered_table("cos_sin_cache", cache, 8, "head_size", rules::kTorchWords); }),
+      "");
+  EXPECT_EQ(refusal([&] { rules::gathered_table("table", cache, 4, "width", rules::kNumpyWords); }),
+            "table: expected shape [rows, r] with r even, at most width (4), got (16, 8)");
+  EXPECT_EQ(refusal([] { rules::index_dtype("positions", true, "int32"); }), "");
+  EXPECT_EQ(refusal([] { rules::index_dtype("ids", false, "float32"); }),
+            "ids: expected dtype int64 or int32, got float32");
+  EXPECT_EQ(refusal([] { rules::gathered_dtype("cache", "q", false, "float32", "", "float16"); }),
+            "cache: expected dtype float32 (q's), got float16");
+  EXPECT_EQ(refusal([] { rules::gathered_dtype("cache", "q", false, "bfloat16", "float32", "float64"); }),
+            "cache: expected dtype bfloat16 or float32 (q's or its compute type), got float64");
+  EXPECT_EQ(refusal([] { rules::same_dtype("k", "q", false, "float32", "float64"); }),
+            "k: expected dtype float32 (same as q), got float64");
+  EXPECT_EQ(refusal([] { rules::same_device("k", "q", false, "cpu", "meta"); }),
+            "k: expected device cpu (same as q), got meta");
+  // The dtype rules throw core's DTypeError: the bridge raises TypeError for it.
+  EXPECT_THROW(rules::index_dtype("ids", false, "float32"), tierkit::DTypeError);
 }
 
 TEST(RowRules, MixedDtypesComputeAsAtensNorms) {

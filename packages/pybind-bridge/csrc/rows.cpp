@@ -181,11 +181,14 @@ tierkit::TensorView one_row(const tierkit::TensorView& v) {
 std::string py_shape(const tierkit::Shape& s) { return tierkit::shape_str(dims(s)); }
 
 // Runs a role's rule (core's tierkit/row_rules.h, numpy's words); its
-// failure becomes "<op>: <core's message>" as a ValueError.
+// failure becomes "<op>: <core's message>" as a ValueError (a TypeError
+// for a dtype rule, as numpy raises).
 template <typename F>
 void row_rule(const std::string& op, F&& f) {
   try {
     f();
+  } catch (const tierkit::DTypeError& e) {  // the dtype rules': numpy's TypeError
+    throw py::type_error(op + e.what());
   } catch (const tierkit::InvalidArgument& e) {
     throw py::value_error(op + e.what());
   }
@@ -767,7 +770,7 @@ struct BridgeMap {
 // written in place, each token's table row gathered by its index; written for
 // the entry's roles (an index, x written in place, an optional second x, a
 // gathered table, a size, a flag), as torch-cpu's row_in_place.cpp.
-template <typename Info>
+template <typename Info, typename F>
 struct BridgeInPlace {
   // x as token rows (core's token_rows): over x's memory, or the kernel
   // runs on a C-contiguous copy, copied back.
@@ -776,9 +779,9 @@ struct BridgeInPlace {
     std::optional<Buffer> copy;
   };
   static Heads heads_of(const tierkit::TensorView& x, int index_dims, std::int64_t tokens,
-                        std::int64_t head_size) {
-    Heads h{tierkit::kernels::token_rows(dims(x.shape()), dims(x.strides()), index_dims, tokens, head_size),
-            x, std::nullopt};
+                        std::int64_t size) {
+    Heads h{tierkit::kernels::token_rows(dims(x.shape()), dims(x.strides()), index_dims, tokens, size), x,
+            std::nullopt};
     if (h.copied) {
       h.copy = contiguous_copy(x);
       h.view = h.copy->view();
@@ -809,126 +812,114 @@ struct BridgeInPlace {
     return v.cast<std::int64_t>();
   }
 
-  static void call(const py::object& positions_in, const py::object& query_in, const py::object& key_in,
-                   const py::object& cache_in, const py::object& head_size_in, const py::object& is_neox_in) {
+  // The schema's arguments by role, each named as the entry names it
+  // (Info: tierkit::in_place_info): the index, the x written in place and
+  // the optional second, the table gathered by the index, the size of a
+  // head, the flag.
+  static void call(const py::object& index_in, const py::object& x_in, const py::object& x2_in,
+                   const py::object& table_in, const py::object& size_in, const py::object& flag_in) {
     const std::string op = std::string(Info::name) + ": ";
-    const bool has_key = !key_in.is_none();
-    refuse_masked(op, positions_in, "positions");
-    refuse_masked(op, query_in, "query");
-    refuse_masked(op, key_in, "key");
-    refuse_masked(op, cache_in, "cos_sin_cache");
-    const std::int64_t head_size = integer(op, "head_size", head_size_in);
-    if (!PyBool_Check(is_neox_in.ptr()))
-      throw py::type_error(op + "is_neox: expected a bool, got " +
-                           std::string(py::str(py::type::handle_of(is_neox_in).attr("__name__"))));
-    const bool is_neox = is_neox_in.cast<bool>();
-    const py::object positions_obj = readable(positions_in), cache_obj = readable(cache_in);
-    const ArrayArg ap = import(op, positions_obj, "positions", false);
-    const ArrayArg aq = import(op, query_in, "query", true);
-    std::optional<ArrayArg> ak;
-    if (has_key) ak = import(op, key_in, "key", true);
-    const ArrayArg ac = import(op, cache_obj, "cos_sin_cache", false);
-    const tierkit::TensorView &vp = ap.view(), &vq = aq.view(), &vc = ac.view();
-    const auto dtype_text = [](const tierkit::TensorView& v) {
-      return std::string(tierkit::dtype_name(v.dtype()));
-    };
-    if (!tierkit::is_accepted(vq.dtype()))
-      throw py::type_error(op + "query: expected dtype " + tierkit::accepted_dtype_names() + ", got " +
-                           dtype_text(vq));
-    if (vp.dtype() != tierkit::DType::Int64 && vp.dtype() != tierkit::DType::Int32)
-      throw py::type_error(op + "positions: expected dtype int64 or int32, got " + dtype_text(vp));
+    const char *x_name = Info::written[0], *x2_name = Info::written[1];
+    const bool has_x2 = !x2_in.is_none();
+    refuse_masked(op, index_in, Info::index);
+    refuse_masked(op, x_in, x_name);
+    refuse_masked(op, x2_in, x2_name);
+    refuse_masked(op, table_in, Info::table);
+    const std::int64_t size = integer(op, Info::size, size_in);
+    if (!PyBool_Check(flag_in.ptr()))
+      throw py::type_error(op + Info::flag + ": expected a bool, got " +
+                           std::string(py::str(py::type::handle_of(flag_in).attr("__name__"))));
+    const bool flag = flag_in.cast<bool>();
+    const py::object index_obj = readable(index_in), table_obj = readable(table_in);
+    const ArrayArg ai = import(op, index_obj, Info::index, false);
+    const ArrayArg ax = import(op, x_in, x_name, true);
+    std::optional<ArrayArg> ax2;
+    if (has_x2) ax2 = import(op, x2_in, x2_name, true);
+    const ArrayArg at = import(op, table_obj, Info::table, false);
+    const tierkit::TensorView &vi = ai.view(), &vx = ax.view(), &vt = at.view();
+    const auto dtype_text = [](const tierkit::TensorView& v) { return tierkit::dtype_name(v.dtype()); };
+    if (!tierkit::is_accepted(vx.dtype()))
+      throw py::type_error(op + x_name + ": expected dtype " + tierkit::accepted_dtype_names() + ", got " +
+                           std::string(dtype_text(vx)));
     const tierkit::DType compute =
-        vq.dtype() == tierkit::DType::Float64 ? tierkit::DType::Float64 : tierkit::DType::Float32;
-    if (vc.dtype() != vq.dtype() && vc.dtype() != compute)
-      throw py::type_error(op + "cos_sin_cache: expected dtype " + dtype_text(vq) +
-                           (vq.dtype() == compute ? std::string(" (query's)")
-                                                  : " or " + std::string(tierkit::dtype_name(compute)) +
-                                                        " (query's or its compute type)") +
-                           ", got " + dtype_text(vc));
+        vx.dtype() == tierkit::DType::Float64 ? tierkit::DType::Float64 : tierkit::DType::Float32;
     row_rule(op, [&] {
-      rules::indexed_heads("query", dims(vq.shape()), dims(vp.shape()), "positions", head_size,
+      rules::index_dtype(Info::index,
+                         vi.dtype() == tierkit::DType::Int64 || vi.dtype() == tierkit::DType::Int32,
+                         dtype_text(vi));
+      rules::gathered_dtype(Info::table, x_name, vt.dtype() == vx.dtype() || vt.dtype() == compute,
+                            dtype_text(vx), vx.dtype() == compute ? "" : tierkit::dtype_name(compute),
+                            dtype_text(vt));
+      rules::indexed_heads(x_name, dims(vx.shape()), dims(vi.shape()), Info::index, size, Info::size,
                            rules::kNumpyWords);
-      rules::gathered_table("cos_sin_cache", dims(vc.shape()), head_size, rules::kNumpyWords);
+      rules::gathered_table(Info::table, dims(vt.shape()), size, Info::size, rules::kNumpyWords);
+      if (!ax2) return;
+      const tierkit::TensorView& vx2 = ax2->view();
+      rules::same_dtype(x2_name, x_name, vx2.dtype() == vx.dtype(), dtype_text(vx), dtype_text(vx2));
+      rules::indexed_heads(x2_name, dims(vx2.shape()), dims(vi.shape()), Info::index, size, Info::size,
+                           rules::kNumpyWords);
     });
-    if (ak) {
-      const tierkit::TensorView& vk = ak->view();
-      if (vk.dtype() != vq.dtype())
-        throw py::type_error(op + "key: expected dtype " + dtype_text(vq) + " (same as query), got " +
-                             dtype_text(vk));
-      row_rule(op, [&] {
-        rules::indexed_heads("key", dims(vk.shape()), dims(vp.shape()), "positions", head_size,
-                             rules::kNumpyWords);
-      });
-    }
     row_rule(op, [&] {  // a writable view with a stride of 0 (np.lib.stride_tricks.as_strided)
-      rules::written_alone("query", dims(vq.shape()), dims(vq.strides()), rules::kNumpyWords);
-      if (ak)
-        rules::written_alone("key", dims(ak->view().shape()), dims(ak->view().strides()), rules::kNumpyWords);
+      rules::written_alone(x_name, dims(vx.shape()), dims(vx.strides()), rules::kNumpyWords);
+      if (ax2)
+        rules::written_alone(x2_name, dims(ax2->view().shape()), dims(ax2->view().strides()),
+                             rules::kNumpyWords);
     });
-    // The positions as int64 and the cache C-contiguous: copies, so what is
+    // The index as int64 and the table C-contiguous: copies, so what is
     // written cannot change what the tokens read.
-    const Buffer positions = as_int64(vp);
-    const Buffer cache = contiguous_copy(vc);
-    const std::int64_t tokens = vp.numel();
-    Heads q = heads_of(vq, vp.rank(), tokens, head_size);
-    Heads k = ak ? heads_of(ak->view(), vp.rank(), tokens, head_size) : Heads{};
-    if (ak) {
-      const tierkit::TensorView& vk = ak->view();
+    const Buffer index = as_int64(vi);
+    const Buffer table = contiguous_copy(vt);
+    const std::int64_t tokens = vi.numel();
+    Heads h = heads_of(vx, vi.rank(), tokens, size);
+    Heads h2 = ax2 ? heads_of(ax2->view(), vi.rank(), tokens, size) : Heads{};
+    if (ax2) {
+      const tierkit::TensorView& vx2 = ax2->view();
       const bool shared =
-          tierkit::kernels::key_shares_query(vq.data(), q, vk.data(), k, tierkit::dtype_size(vq.dtype()),
-                                             head_size, tokens, [&] { return meet(vq, vk); });
-      row_rule(op, [&] { rules::written_apart("key", "query", shared); });
+          tierkit::kernels::written_rows_share(vx.data(), h, vx2.data(), h2, tierkit::dtype_size(vx.dtype()),
+                                               size, tokens, [&] { return meet(vx, vx2); });
+      row_rule(op, [&] { rules::written_apart(x2_name, x_name, shared); });
     }
     const unsigned threads = max_threads();
     row_rule(op, [&] {
-      tierkit::dispatch_accepted(vq.dtype(), "query", [&](auto tag) {
+      tierkit::dispatch_accepted(vx.dtype(), x_name, [&](auto tag) {
         using T = decltype(tag);
-        const auto heads = [](const Heads& h) {
-          return tierkit::kernels::TokenHeads<T>{h.view.numel() ? static_cast<T*>(h.view.data()) : nullptr,
-                                                 h.stride, h.heads};
+        const auto heads = [](const Heads& r) {
+          return tierkit::kernels::TokenHeads<T>{r.view.numel() ? static_cast<T*>(r.view.data()) : nullptr,
+                                                 r.stride, r.heads};
         };
-        const auto run = [&](const auto* table) {
+        const auto run = [&](const auto* t) {
           py::gil_scoped_release nogil;
-          Info::Functor::run(static_cast<const std::int64_t*>(positions.view().data()), tokens, heads(q),
-                             ak ? heads(k) : tierkit::kernels::TokenHeads<T>{}, head_size, table,
-                             vc.shape()[0], vc.shape()[1], is_neox, tierkit::kernels::PoolRunner{threads});
+          F::run(static_cast<const std::int64_t*>(index.view().data()), tokens, heads(h),
+                 ax2 ? heads(h2) : tierkit::kernels::TokenHeads<T>{}, size, t, vt.shape()[0], vt.shape()[1],
+                 flag, tierkit::kernels::PoolRunner{threads});
         };
-        if (vc.dtype() == vq.dtype())
-          run(static_cast<const T*>(cache.view().data()));
+        if (vt.dtype() == vx.dtype())
+          run(static_cast<const T*>(table.view().data()));
         else
-          run(static_cast<const tierkit::compute_t<T>*>(cache.view().data()));
+          run(static_cast<const tierkit::compute_t<T>*>(table.view().data()));
       });
     });
-    if (q.copy) copy_elements(q.view, vq);
-    if (ak && k.copy) copy_elements(k.view, ak->view());
-    note_written(query_in);
-    if (has_key) note_written(key_in);
+    if (h.copy) copy_elements(h.view, vx);
+    if (ax2 && h2.copy) copy_elements(h2.view, ax2->view());
+    note_written(x_in);
+    if (has_x2) note_written(x2_in);
   }
 
   static void bind(py::module_& m) {
     m.def(
         Info::name,
-        [](const py::object& positions, const py::object& query, const py::object& key,
-           const py::object& cache, const py::object& head_size,
-           const py::object& is_neox) { call(positions, query, key, cache, head_size, is_neox); },
-        py::arg("positions"), py::arg("query"), py::arg("key"), py::arg("cos_sin_cache"),
-        py::arg("head_size"), py::arg("is_neox"),
-        (std::string(Info::doc) +
-         ". Query and key are written in place (numpy arrays, torch tensors, anything writable the bridge "
-         "reads); positions int64 or int32, each checked to lie in cos_sin_cache before anything is written; "
-         "the cache of query's dtype or float32 beside 16-bit query. Returns None.")
+        [](const py::object& index, const py::object& x, const py::object& x2, const py::object& table,
+           const py::object& size, const py::object& flag) { call(index, x, x2, table, size, flag); },
+        py::arg(Info::index), py::arg(Info::written[0]), py::arg(Info::written[1]), py::arg(Info::table),
+        py::arg(Info::size), py::arg(Info::flag),
+        (std::string(Info::doc) + ". " + Info::written[0] + " and " + Info::written[1] +
+         " are written in place (numpy arrays, torch tensors, anything writable the bridge reads); " +
+         Info::index + " int64 or int32, each checked to lie in " + Info::table +
+         " before anything is written; " + Info::table + " of " + Info::written[0] +
+         "'s dtype or float32 beside a 16-bit " + Info::written[0] + ". Returns None.")
             .c_str());
   }
 };
-
-#define TIERKIT_IN_PLACE_INFO(NAME, FUNCTOR)                        \
-  struct NAME##_info {                                              \
-    static constexpr const char* name = #NAME;                      \
-    static constexpr const char* doc = tierkit::in_place_doc::NAME; \
-    using Functor = tierkit::kernels::FUNCTOR;                      \
-  };
-TIERKIT_ROW_IN_PLACE(TIERKIT_IN_PLACE_INFO)
-#undef TIERKIT_IN_PLACE_INFO
 
 }  // namespace
 
@@ -941,7 +932,8 @@ void bind_rows(py::module_& m) {
   BridgeMap<tierkit::map_info::name, tierkit::kernels::Functor>::bind(m);
   TIERKIT_ROW_MAPS(TIERKIT_BRIDGE_MAPS)
 #undef TIERKIT_BRIDGE_MAPS
-#define TIERKIT_BRIDGE_IN_PLACE(name, Functor) BridgeInPlace<name##_info>::bind(m);
+#define TIERKIT_BRIDGE_IN_PLACE(name, Functor) \
+  BridgeInPlace<tierkit::in_place_info::name, tierkit::kernels::Functor>::bind(m);
   TIERKIT_ROW_IN_PLACE(TIERKIT_BRIDGE_IN_PLACE)
 #undef TIERKIT_BRIDGE_IN_PLACE
 }

@@ -20,20 +20,23 @@ enum class InPlaceKind {
 #undef TIERKIT_IN_PLACE_KIND
 };
 
-// positions: `tokens` int64 rows of the cache, each checked by the host;
-// query and key: token rows `*_stride` elements apart, each `*_heads` heads
-// of head_size (key null: none); cache: contiguous [rows, rot_dim], of the
-// tensors' dtype or their compute type (`cache_in_compute`).
+// The entry's arguments by role (tierkit::in_place_info names them: vLLM's
+// positions, query, key, cos_sin_cache, head_size, is_neox): index,
+// `tokens` int64 rows of the table, each checked by the host; x and x2 (the
+// x arguments written in place), token rows `*_stride` elements apart, each
+// `*_heads` heads of `size` (x2 null: none); table: contiguous
+// [rows, width], of the tensors' dtype or their compute type
+// (`table_in_compute`); the flag.
 struct InPlaceArgs {
-  const int64_t* positions;
-  void* query;
-  void* key;
-  const void* cache;
-  int64_t tokens, query_stride, query_heads, key_stride, key_heads, head_size, rot_dim;
-  bool is_neox;
+  const int64_t* index;
+  void* x;
+  void* x2;
+  const void* table;
+  int64_t tokens, x_stride, x_heads, x2_stride, x2_heads, size, width;
+  bool flag;
 };
 
-void launch_in_place(InPlaceKind kind, tierkit::DType dtype, bool cache_in_compute, const InPlaceArgs& args,
+void launch_in_place(InPlaceKind kind, tierkit::DType dtype, bool table_in_compute, const InPlaceArgs& args,
                      cudaStream_t stream);
 
 }  // namespace tierkit_cuda

@@ -1,10 +1,10 @@
 // CUDA kernels of the in-place row ops (TIERKIT_ROW_IN_PLACE), registered
 // under the CUDA dispatch key of tierkit::'s schemas; the Autograd kernel is
 // torch-cpu's, for every device. The arguments are prepared as on the CPU
-// (tierkit_torch/row_in_place.h), and every position is checked to lie in the
-// cache before anything is written: here that reads the positions' smallest
-// and largest value back to the host (one synchronization a call), the price
-// of raising instead of reading past the cache.
+// (tierkit_torch/row_in_place.h), and every value of the index is checked to
+// lie in the table before anything is written: here that reads the index's
+// smallest and largest value back to the host (one synchronization a call),
+// the price of raising instead of reading past the table.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/aminmax.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "in_place_launch.h"
+#include "tierkit/row_rules.h"
 #include "tierkit_torch/row_in_place.h"
 
 namespace tierkit_cuda {
@@ -24,53 +25,53 @@ namespace {
 namespace tt = tierkit_torch;
 namespace ip = tierkit_torch::in_place;
 
-template <InPlaceKind kKind>
+// One entry's kernel: Info is the op table's (tierkit::in_place_info: its
+// arguments' names by role), Kind its index in the kind.
+template <typename Info, InPlaceKind Kind>
 struct CudaInPlace {
-  static void op(const at::Tensor& positions_in, const at::Tensor& query, const ip::OptTensor& key,
-                 const at::Tensor& cache_in, int64_t head_size, bool is_neox) {
-    static const std::string name = std::string("tierkit::") + kNames[static_cast<int>(kKind)];
-    const char* op = name.c_str();
-    ip::Prepared p = ip::prepare(op, positions_in, query, key, cache_in, head_size, c10::DeviceType::CUDA);
-    const c10::cuda::CUDAGuard guard(query.device());
-    const int64_t rows = p.cache.size(0);
+  // Built while the library loads (tierkit_torch/op_handle.h: no guarded statics).
+  static inline const std::string kName = std::string("tierkit::") + Info::name;
+
+  static void op(const at::Tensor& index, const at::Tensor& x, const ip::OptTensor& x2,
+                 const at::Tensor& table, int64_t size, bool flag) {
+    const char* op = kName.c_str();
+    ip::Prepared p = ip::prepare<Info>(op, index, x, x2, table, size, c10::DeviceType::CUDA);
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t rows = p.table.size(0);
     if (p.tokens > 0) {
-      const auto [lo, hi] = at::aminmax(p.positions);
+      const auto [lo, hi] = at::aminmax(p.index);
       if (lo.item<int64_t>() < 0 || hi.item<int64_t>() >= rows) {  // the CPU's words: the first bad one
-        const at::Tensor flat = p.positions.reshape({-1});
+        const at::Tensor flat = p.index.reshape({-1});
         const int64_t t = flat.lt(0).logical_or(flat.ge(rows)).nonzero()[0][0].item<int64_t>();
-        TORCH_CHECK(false, op, ": positions[", t, "]: expected a row of cos_sin_cache, in [0, ", rows,
-                    "), got ", flat[t].item<int64_t>());
+        tt::core_check(op, [&] {
+          tierkit::row_rules::index_row(Info::index, t, flat[t].item<int64_t>(), Info::table, rows);
+        });
       }
     }
-    const InPlaceArgs a{p.positions.const_data_ptr<int64_t>(),
-                        p.query.rows.mutable_data_ptr(),
-                        p.key.rows.defined() ? p.key.rows.mutable_data_ptr() : nullptr,
-                        p.cache.const_data_ptr(),
+    const InPlaceArgs a{p.index.const_data_ptr<int64_t>(),
+                        p.x.rows.mutable_data_ptr(),
+                        p.x2.rows.defined() ? p.x2.rows.mutable_data_ptr() : nullptr,
+                        p.table.const_data_ptr(),
                         p.tokens,
-                        p.query.stride,
-                        p.query.heads,
-                        p.key.stride,
-                        p.key.heads,
-                        head_size,
-                        p.cache.size(1),
-                        is_neox};
-    launch_in_place(kKind, tt::core_dtype_info(query.scalar_type())->dtype,
-                    p.cache.scalar_type() != query.scalar_type(), a,
-                    c10::cuda::getCurrentCUDAStream(query.device().index()).stream());
-    p.write_back(query, key);
+                        p.x.stride,
+                        p.x.heads,
+                        p.x2.stride,
+                        p.x2.heads,
+                        size,
+                        p.table.size(1),
+                        flag};
+    launch_in_place(Kind, tt::core_dtype_info(x.scalar_type())->dtype,
+                    p.table.scalar_type() != x.scalar_type(), a,
+                    c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    p.write_back(x, x2);
   }
-
-  static constexpr const char* kNames[] = {
-#define TIERKIT_IN_PLACE_NAME(NAME, FUNCTOR) #NAME,
-      TIERKIT_ROW_IN_PLACE(TIERKIT_IN_PLACE_NAME)
-#undef TIERKIT_IN_PLACE_NAME
-  };
 };
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(tierkit, CUDA, m) {
-#define TIERKIT_REGISTER_IN_PLACE(NAME, FUNCTOR) m.impl(#NAME, &CudaInPlace<InPlaceKind::NAME>::op);
+#define TIERKIT_REGISTER_IN_PLACE(NAME, FUNCTOR) \
+  m.impl(#NAME, &CudaInPlace<tierkit::in_place_info::NAME, InPlaceKind::NAME>::op);
   TIERKIT_ROW_IN_PLACE(TIERKIT_REGISTER_IN_PLACE)
 #undef TIERKIT_REGISTER_IN_PLACE
 }

@@ -1,7 +1,8 @@
 // The in-place row ops (TIERKIT_ROW_IN_PLACE) on torch's stable ABI: the x
 // arguments written in place, each token's table row gathered by its index.
-// Written for the entry's roles as tierkit::'s (torch-cpu's
-// csrc/row_in_place.cpp), with its checks and words and core's functor, so
+// Written for the kind's roles, each named as the entry names it
+// (tierkit::in_place_info), as tierkit::'s (torch-cpu's
+// csrc/row_in_place.cpp), with core's rules and words and functor, so
 // the results are tierkit::'s bit for bit. The Autograd kernel (refusing a
 // derivative, bumping the versions) is Python's
 // (tierkit_torch_stable/_rows.py).
@@ -32,119 +33,116 @@ bool spans_meet(const Tensor& a, const Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
-// x as token rows (core's token_rows): over x's memory, or computed in a
-// contiguous copy and written back after.
+// A written x as token rows (core's token_rows): over x's memory, or
+// computed in a contiguous copy and written back after.
 struct Heads : tierkit::kernels::TokenRows {
   Tensor rows;
 };
-Heads heads_of(const Tensor& x, int64_t index_dims, int64_t tokens, int64_t head_size) {
-  Heads h{tierkit::kernels::token_rows(sizes_of(x), strides_of(x), index_dims, tokens, head_size), {}};
+Heads heads_of(const Tensor& x, int64_t index_dims, int64_t tokens, int64_t size) {
+  Heads h{tierkit::kernels::token_rows(sizes_of(x), strides_of(x), index_dims, tokens, size), {}};
   h.rows = h.copied ? torch::stable::contiguous(x) : x;
   return h;
 }
 
-template <typename Info>
+// One entry's kernel: Info is the op table's (tierkit::in_place_info: its
+// arguments' names by role), F core's functor. The schema's arguments by
+// role: the index, the x written in place and the optional second, the
+// table gathered by the index, the size of a head, the flag.
+template <typename Info, typename F>
 struct StableInPlace {
-  static const char* name() {
-    static const std::string n = std::string("tierkit_stable::") + Info::name;
-    return n.c_str();
-  }
+  static inline const std::string kName = std::string("tierkit_stable::") + Info::name;
 
-  static void check(const char* op, const Tensor& positions, const Tensor& query, const OptTensor& key,
-                    const Tensor& cache, int64_t head_size) {
-    check_first(op, query, "query");
-    check_defined(op, positions, "positions");
-    check_defined(op, cache, "cos_sin_cache");
-    const auto same_device = [&](const Tensor& t, const std::string& n) {
-      if (!(t.device() == query.device()))
-        fail(op, n + ": expected device " + device_str(query.device()) + " (same as query), got " +
-                     device_str(t.device()));
+  static void check(const char* op, const Tensor& index, const Tensor& x, const OptTensor& x2,
+                    const Tensor& table, int64_t size) {
+    const char* x_name = Info::written[0];
+    check_first(op, x, x_name);
+    check_defined(op, index, Info::index);
+    check_defined(op, table, Info::table);
+    const auto same_device = [&](const Tensor& t, const char* n) {
+      if (!(t.device() == x.device()))
+        core_check(op, [&] {
+          rules::same_device(n, x_name, false, device_str(x.device()), device_str(t.device()));
+        });
     };
-    same_device(positions, "positions");
-    same_device(cache, "cos_sin_cache");
-    if (positions.scalar_type() != ScalarType::Long && positions.scalar_type() != ScalarType::Int)
-      fail(op, "positions: expected dtype int64 or int32, got " + dtype_name(positions.scalar_type()));
-    const ScalarType compute =
-        query.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
-    if (cache.scalar_type() != query.scalar_type() && cache.scalar_type() != compute)
-      fail(op, "cos_sin_cache: expected dtype " + dtype_name(query.scalar_type()) +
-                   (query.scalar_type() == compute
-                        ? std::string(" (query's)")
-                        : " or " + dtype_name(compute) + " (query's or its compute type)") +
-                   ", got " + dtype_name(cache.scalar_type()));
+    same_device(index, Info::index);
+    same_device(table, Info::table);
+    const ScalarType compute = x.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
     core_check(op, [&] {
-      rules::indexed_heads("query", sizes_of(query), sizes_of(positions), "positions", head_size,
+      rules::index_dtype(Info::index,
+                         index.scalar_type() == ScalarType::Long || index.scalar_type() == ScalarType::Int,
+                         dtype_name(index.scalar_type()));
+      rules::gathered_dtype(
+          Info::table, x_name, table.scalar_type() == x.scalar_type() || table.scalar_type() == compute,
+          dtype_name(x.scalar_type()), x.scalar_type() == compute ? "" : dtype_name(compute),
+          dtype_name(table.scalar_type()));
+      rules::indexed_heads(x_name, sizes_of(x), sizes_of(index), Info::index, size, Info::size,
                            rules::kTorchWords);
-      rules::gathered_table("cos_sin_cache", sizes_of(cache), head_size, rules::kTorchWords);
+      rules::gathered_table(Info::table, sizes_of(table), size, Info::size, rules::kTorchWords);
     });
-    if (!present(key)) return;
-    same_device(*key, "key");
-    if (key->scalar_type() != query.scalar_type())
-      fail(op, "key: expected dtype " + dtype_name(query.scalar_type()) + " (same as query), got " +
-                   dtype_name(key->scalar_type()));
+    if (!present(x2)) return;
+    const char* x2_name = Info::written[1];
+    same_device(*x2, x2_name);
     core_check(op, [&] {
-      rules::indexed_heads("key", sizes_of(*key), sizes_of(positions), "positions", head_size,
+      rules::same_dtype(x2_name, x_name, x2->scalar_type() == x.scalar_type(), dtype_name(x.scalar_type()),
+                        dtype_name(x2->scalar_type()));
+      rules::indexed_heads(x2_name, sizes_of(*x2), sizes_of(index), Info::index, size, Info::size,
                            rules::kTorchWords);
     });
   }
 
-  static void op(Tensor positions_in, Tensor query, OptTensor key, Tensor cache_in, int64_t head_size,
-                 bool is_neox) {
-    const char* op = name();
-    check(op, positions_in, query, key, cache_in, head_size);
+  static void op(Tensor index_in, Tensor x, OptTensor x2, Tensor table_in, int64_t size, bool flag) {
+    const char* op = kName.c_str();
+    check(op, index_in, x, x2, table_in, size);
     core_check(op, [&] {  // before anything is computed: a copied layout's write-back would race or fail
-      rules::written_alone("query", sizes_of(query), strides_of(query), rules::kTorchWords);
-      if (present(key)) rules::written_alone("key", sizes_of(*key), strides_of(*key), rules::kTorchWords);
+      rules::written_alone(Info::written[0], sizes_of(x), strides_of(x), rules::kTorchWords);
+      if (present(x2))
+        rules::written_alone(Info::written[1], sizes_of(*x2), strides_of(*x2), rules::kTorchWords);
     });
     // The index and the table as every token reads them: the values they had at the call.
     const auto as_called = [&](const Tensor& t) {
-      const bool shared = spans_meet(t, query) || (present(key) && spans_meet(t, *key));
+      const bool shared = spans_meet(t, x) || (present(x2) && spans_meet(t, *x2));
       return torch::stable::contiguous(shared ? torch::stable::clone(t) : t);
     };
-    Tensor positions = as_called(positions_in);
-    if (positions.scalar_type() != ScalarType::Long)
-      positions = torch::stable::to(positions, ScalarType::Long);
-    const Tensor cache = as_called(cache_in);
-    const int64_t tokens = positions.numel(), index_dims = positions.dim();
-    Heads q = heads_of(query, index_dims, tokens, head_size);
-    Heads k = present(key) ? heads_of(*key, index_dims, tokens, head_size) : Heads{};
-    if (present(key)) {
+    Tensor index = as_called(index_in);
+    if (index.scalar_type() != ScalarType::Long) index = torch::stable::to(index, ScalarType::Long);
+    const Tensor table = as_called(table_in);
+    const int64_t tokens = index.numel(), index_dims = index.dim();
+    Heads h = heads_of(x, index_dims, tokens, size);
+    Heads h2 = present(x2) ? heads_of(*x2, index_dims, tokens, size) : Heads{};
+    if (present(x2)) {
       const bool shared =
-          tierkit::kernels::key_shares_query(query.data_ptr(), q, key->data_ptr(), k, query.element_size(),
-                                             head_size, tokens, [&] { return spans_meet(query, *key); });
-      core_check(op, [&] { rules::written_apart("key", "query", shared); });
+          tierkit::kernels::written_rows_share(x.data_ptr(), h, x2->data_ptr(), h2, x.element_size(), size,
+                                               tokens, [&] { return spans_meet(x, *x2); });
+      core_check(op, [&] { rules::written_apart(Info::written[1], Info::written[0], shared); });
     }
-    const auto cache_sizes = sizes_of(cache);
+    const auto table_sizes = sizes_of(table);
     core_check(op, [&] {
-      tierkit::dispatch_accepted(dtype_of(query), "query", [&](auto tag) {
+      tierkit::dispatch_accepted(dtype_of(x), Info::written[0], [&](auto tag) {
         using T = decltype(tag);
-        const auto heads = [](Heads& h) {
+        const auto heads = [](Heads& r) {
           return tierkit::kernels::TokenHeads<T>{
-              h.rows.defined() ? static_cast<T*>(h.rows.mutable_data_ptr()) : nullptr, h.stride, h.heads};
+              r.rows.defined() ? static_cast<T*>(r.rows.mutable_data_ptr()) : nullptr, r.stride, r.heads};
         };
-        const auto run = [&](const auto* table) {
-          Info::Functor::run(static_cast<const int64_t*>(positions.data_ptr()), tokens, heads(q), heads(k),
-                             head_size, table, cache_sizes[0], cache_sizes[1], is_neox, RowRunner{});
+        const auto run = [&](const auto* t) {
+          F::run(static_cast<const int64_t*>(index.data_ptr()), tokens, heads(h), heads(h2), size, t,
+                 table_sizes[0], table_sizes[1], flag, RowRunner{});
         };
-        if (cache.scalar_type() == query.scalar_type())
-          run(static_cast<const T*>(cache.data_ptr()));
+        if (table.scalar_type() == x.scalar_type())
+          run(static_cast<const T*>(table.data_ptr()));
         else
-          run(static_cast<const tierkit::compute_t<T>*>(cache.data_ptr()));
+          run(static_cast<const tierkit::compute_t<T>*>(table.data_ptr()));
       });
     });
-    if (q.copied) torch::stable::copy_(query, q.rows);
-    if (present(key) && k.copied) torch::stable::copy_(*key, k.rows);
+    if (h.copied) torch::stable::copy_(x, h.rows);
+    if (present(x2) && h2.copied) torch::stable::copy_(*x2, h2.rows);
   }
 };
 
-#define TIERKIT_IN_PLACE_INFO(NAME, FUNCTOR)   \
-  struct NAME##_info {                         \
-    static constexpr const char* name = #NAME; \
-    using Functor = tierkit::kernels::FUNCTOR; \
-  };                                           \
-  using NAME##_kernel = StableInPlace<NAME##_info>;
-TIERKIT_ROW_IN_PLACE(TIERKIT_IN_PLACE_INFO)
-#undef TIERKIT_IN_PLACE_INFO
+// One kernel type per entry (a name, so TORCH_BOX's argument holds no comma).
+#define TIERKIT_IN_PLACE_KERNEL(NAME, FUNCTOR) \
+  using NAME##_kernel = StableInPlace<tierkit::in_place_info::NAME, tierkit::kernels::FUNCTOR>;
+TIERKIT_ROW_IN_PLACE(TIERKIT_IN_PLACE_KERNEL)
+#undef TIERKIT_IN_PLACE_KERNEL
 
 }  // namespace
 

@@ -41,6 +41,7 @@
 #include "tierkit/error.h"
 #include "tierkit/kernels.h"
 #include "tierkit/map_functors.h"
+#include "tierkit/row_rules.h"
 #include "tierkit/token_rows.h"
 
 namespace tierkit::kernels {
@@ -89,8 +90,7 @@ void rotary_embedding_cached(const std::int64_t* positions, std::int64_t tokens,
     check(!t->data || (t->heads >= 0 && t->stride >= t->heads * head_size), "a token's row stride (",
           t->stride, ") is shorter than its ", t->heads, " heads of ", head_size);
   for (std::int64_t t = 0; t < tokens; ++t)
-    check(positions[t] >= 0 && positions[t] < cache_rows, "positions[", t,
-          "]: expected a row of cos_sin_cache, in [0, ", cache_rows, "), got ", positions[t]);
+    row_rules::index_row("positions", t, positions[t], "cos_sin_cache", cache_rows);
   if (tokens <= 0) return;
   const std::int64_t half = rot_dim / 2;
   const std::int64_t per_token = (query.heads + (key.data ? key.heads : 0)) * rot_dim;

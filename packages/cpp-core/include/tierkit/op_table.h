@@ -68,11 +68,6 @@ inline constexpr const char* kRowInPlaceSchemas[] = {
     "rotary_embedding_cached(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, int head_size, bool is_neox) -> ()",
 };
 
-// Their documentation (the entry's doc), for the bindings' docstrings.
-namespace in_place_doc {
-inline constexpr const char* rotary_embedding_cached = "vLLM's rotary_embedding: query and key (heads of head_size per token) rotated in place, token t's cos and sin the halves of cos_sin_cache[positions[t]] (NeoX's pairs when is_neox, else GPT-J's), a head's columns from cos_sin_cache.size(-1) on passed through";
-}  // namespace in_place_doc
-
 // X(name, Functor): the in-place row ops, each written for its roles (an
 // index, x arguments written in place, a table gathered by the index, a
 // size, a flag). Functor: tierkit::kernels::<Functor> on the CPU
@@ -532,5 +527,24 @@ struct rotary_embedding {
 };
 
 }  // namespace map_info
+
+namespace in_place_info {
+
+// rotary_embedding_cached(Tensor positions, Tensor(a!) query, Tensor(b!)? key, Tensor cos_sin_cache, int head_size, bool is_neox) -> (): vLLM's rotary_embedding: query and key (heads of head_size per token) rotated in place, token t's cos and sin the halves of cos_sin_cache[positions[t]] (NeoX's pairs when is_neox, else GPT-J's), a head's columns from cos_sin_cache.size(-1) on passed through
+struct rotary_embedding_cached {
+  static constexpr const char* name = "rotary_embedding_cached";
+  static constexpr const char* doc = "vLLM's rotary_embedding: query and key (heads of head_size per token) rotated in place, token t's cos and sin the halves of cos_sin_cache[positions[t]] (NeoX's pairs when is_neox, else GPT-J's), a head's columns from cos_sin_cache.size(-1) on passed through";
+  // The arguments' names by role, the messages' words: the index; the x
+  // arguments written in place (the second optional); the table gathered
+  // by the index; the size of a head; the flag.
+  static constexpr const char* index = "positions";
+  static constexpr std::array<const char*, 2> written = {"query", "key"};
+  static constexpr const char* table = "cos_sin_cache";
+  static constexpr const char* size = "head_size";
+  static constexpr const char* flag = "is_neox";
+  static constexpr const char* width_rule = "even, at most head_size";
+};
+
+}  // namespace in_place_info
 }  // namespace tierkit
 // clang-format on

@@ -6,9 +6,9 @@
 // stays symbolic) and asks these; failures throw core's InvalidArgument,
 // which the bindings turn into their own errors prefixed with the op's name.
 // Overlap of the roles an op writes is judged and worded here too, from
-// what each binding's own overlap test found, and the dtype a call of mixed
-// dtypes computes in. What is not shape, overlap or that (which dtypes are
-// accepted: checks.h; device: the torch tiers) stays each binding's. `Words`
+// what each binding's own overlap test found, the dtype a call of mixed
+// dtypes computes in, and the in-place kind's dtype and device rules
+// between its roles. Which dtypes are accepted is checks.h's. `Words`
 // is how a binding names things: torch's tensors and [2, 3], or numpy's
 // arrays and (2, 3).
 #pragma once
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tierkit/error.h"
@@ -112,10 +113,10 @@ void tables_fit(const Sizes& x, const std::array<TableSizes, N>& tables,
 // An x indexed row by row (the index role: vLLM's positions, one per
 // token): its leading dims are the index's shape `index` (named
 // `index_name`), and each token's row after them holds whole heads of
-// `head_size` (the size role).
+// `size` elements (the size role, named `size_name`: vLLM's head_size).
 template <typename Sizes, typename IndexSizes>
 void indexed_heads(const char* name, const Sizes& x, const IndexSizes& index, const char* index_name,
-                   std::int64_t head_size, const Words& w) {
+                   std::int64_t size, const char* size_name, const Words& w) {
   bool lead = x.size() > index.size();
   for (std::size_t k = 0; lead && k < index.size(); ++k) lead = x[k] == index[k];
   if (!lead)
@@ -123,22 +124,57 @@ void indexed_heads(const char* name, const Sizes& x, const IndexSizes& index, co
          " as its leading dims and a token's heads after them, got shape ", shape_str(x, w.style));
   std::int64_t per_token = 1;
   for (std::size_t k = index.size(); k < x.size(); ++k) per_token *= static_cast<std::int64_t>(x[k]);
-  if (!(head_size > 0 && per_token % head_size == 0))
-    fail(name, ": expected whole heads of head_size (", head_size, ") a token, got ", per_token,
+  if (!(size > 0 && per_token % size == 0))
+    fail(name, ": expected whole heads of ", size_name, " (", size, ") a token, got ", per_token,
          " elements a token");
 }
 
 // A table gathered by an index (one row per position): [rows, r], its
-// width r even and 0 < r <= head_size.
+// width r even and 0 < r <= the size role's value.
 template <typename Sizes>
-void gathered_table(const char* name, const Sizes& t, std::int64_t head_size, const Words& w) {
-  if (t.size() == 2 && t[1] > 0 && t[1] % 2 == 0 && t[1] <= head_size) return;
-  fail(name, ": expected shape [rows, r] with r even, at most head_size (", head_size, "), got ",
+void gathered_table(const char* name, const Sizes& t, std::int64_t size, const char* size_name,
+                    const Words& w) {
+  if (t.size() == 2 && t[1] > 0 && t[1] % 2 == 0 && t[1] <= size) return;
+  fail(name, ": expected shape [rows, r] with r even, at most ", size_name, " (", size, "), got ",
        shape_str(t, w.style));
 }
 
-// A role the op writes in place (the fused add's residual, the cached
-// rotary's query and key): each element needs an address of its own, or
+// The index role's dtype (`integer`: it is int64 or int32), and the
+// dtypes and device of the roles beside the first x written in place
+// (named `x`): a gathered table of x's dtype or, beside a narrower x, of
+// its compute type (`compute`: that type's name, empty where x is its own
+// compute type: a float32 cache beside bfloat16 activations); another x
+// of x's dtype; every tensor on x's device (the torch tiers'). Dtypes and
+// devices by name: each binding spells its own.
+inline void index_dtype(const char* name, bool integer, std::string_view got) {
+  if (!integer) fail<DTypeError>(name, ": expected dtype int64 or int32, got ", got);
+}
+inline void gathered_dtype(const char* name, const char* x, bool ok, std::string_view x_dtype,
+                           std::string_view compute, std::string_view got) {
+  if (ok) return;
+  if (compute.empty()) fail<DTypeError>(name, ": expected dtype ", x_dtype, " (", x, "'s), got ", got);
+  fail<DTypeError>(name, ": expected dtype ", x_dtype, " or ", compute, " (", x,
+                   "'s or its compute type), got ", got);
+}
+inline void same_dtype(const char* name, const char* x, bool ok, std::string_view want,
+                       std::string_view got) {
+  if (!ok) fail<DTypeError>(name, ": expected dtype ", want, " (same as ", x, "), got ", got);
+}
+inline void same_device(const char* name, const char* x, bool ok, std::string_view want,
+                        std::string_view got) {
+  if (!ok) fail(name, ": expected device ", want, " (same as ", x, "), got ", got);
+}
+
+// Each value of the index role (named `index`; t its place in the flat
+// index): a row of the gathered table (named `table`) of `rows` rows.
+inline void index_row(const char* index, std::int64_t t, std::int64_t value, const char* table,
+                      std::int64_t rows) {
+  if (value < 0 || value >= rows)
+    fail(index, "[", t, "]: expected a row of ", table, ", in [0, ", rows, "), got ", value);
+}
+
+// A role the op writes in place (the fused add's residual, the in-place
+// kind's x arguments): each element needs an address of its own, or
 // one write lands on several elements and threads race on it. A dim of size
 // > 1 and stride 0 (an expanded tensor, a broadcast array) is the case
 // aten's has_internal_overlap finds; the bindings pass sizes and strides.

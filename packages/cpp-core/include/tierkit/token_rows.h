@@ -15,11 +15,11 @@ namespace tierkit::kernels {
 // token's row starts stride elements after the last, `heads` heads a row.
 template <typename T>
 struct TokenHeads {
-  T* data = nullptr;  // null: no such tensor (key is optional)
+  T* data = nullptr;  // null: no such tensor (the second x is optional)
   std::int64_t stride = 0, heads = 0;
 };
 
-// x (query or key) seen as token rows, from its sizes and strides (in
+// A written x seen as token rows, from its sizes and strides (in
 // elements): its dims from `index_dims` on one dense row, its index dims one
 // positive stride apart. Returns that token stride (a row's elements when
 // there is one token), or -1 for any other layout (the caller then works on
@@ -63,7 +63,7 @@ inline bool token_rows_share(std::int64_t a0, std::int64_t sa, std::int64_t wa, 
   return false;
 }
 
-// x (query or key) as the kernel walks it: token_stride's stride or, where
+// A written x as the kernel walks it: token_stride's stride or, where
 // there is none (`copied`: the binding computes in a contiguous copy and
 // writes it back), the copy's, a token's elements; and its heads a token.
 // Every binding asks this.
@@ -73,28 +73,29 @@ struct TokenRows {
 };
 template <typename Sizes, typename Strides>
 TokenRows token_rows(const Sizes& sizes, const Strides& strides, std::int64_t index_dims, std::int64_t tokens,
-                     std::int64_t head_size) {
+                     std::int64_t size) {
   const std::int64_t stride = token_stride(sizes, strides, index_dims, tokens);
   std::int64_t numel = 1;
   for (const auto size : sizes) numel *= static_cast<std::int64_t>(size);
   const std::int64_t per_token = tokens ? numel / tokens : 0;
-  return {stride < 0 ? per_token : stride, head_size ? per_token / head_size : 0, stride < 0};
+  return {stride < 0 ? per_token : stride, size ? per_token / size : 0, stride < 0};
 }
 
-// Whether key shares an element with query, so that one would be rotated
-// twice (row_rules::written_apart refuses the call). `query` and `key`: the
-// caller's data pointers. Exact where both are the caller's token rows and
-// key lies a whole number of elements from query (token_rows_share: query
-// and key sliced from one fused qkv row share none, though their byte
-// ranges interleave); the binding's byte-range test `spans_meet()` otherwise.
+// Whether the second x written in place shares an element with the first,
+// so that one would be computed twice (row_rules::written_apart refuses the
+// call). `a` and `b`: the caller's data pointers of the first and the
+// second, `ra` and `rb` their token rows, `size` a head's elements. Exact
+// where both are the caller's token rows and b lies a whole number of
+// elements from a (token_rows_share: vLLM's query and key sliced from one
+// fused qkv row share none, though their byte ranges interleave); the
+// binding's byte-range test `spans_meet()` otherwise.
 template <typename SpansMeet>
-bool key_shares_query(const void* query, const TokenRows& q, const void* key, const TokenRows& k,
-                      std::size_t item, std::int64_t head_size, std::int64_t tokens, SpansMeet spans_meet) {
-  const std::int64_t bytes = static_cast<const char*>(key) - static_cast<const char*>(query);
-  const auto size = static_cast<std::int64_t>(item);
-  if (q.copied || k.copied || bytes % size != 0) return spans_meet();
-  return token_rows_share(0, q.stride, q.heads * head_size, bytes / size, k.stride, k.heads * head_size,
-                          tokens);
+bool written_rows_share(const void* a, const TokenRows& ra, const void* b, const TokenRows& rb,
+                        std::size_t item, std::int64_t size, std::int64_t tokens, SpansMeet spans_meet) {
+  const std::int64_t bytes = static_cast<const char*>(b) - static_cast<const char*>(a);
+  const auto elem = static_cast<std::int64_t>(item);
+  if (ra.copied || rb.copied || bytes % elem != 0) return spans_meet();
+  return token_rows_share(0, ra.stride, ra.heads * size, bytes / elem, rb.stride, rb.heads * size, tokens);
 }
 
 }  // namespace tierkit::kernels

@@ -22,9 +22,13 @@ __all__ = [
     "Words",
     "compute_dtype",
     "dim",
+    "gathered_dtype",
     "gathered_table",
+    "index_dtype",
     "indexed_heads",
     "param_shape",
+    "same_device",
+    "same_dtype",
     "shape_str",
     "stats",
     "table_rank",
@@ -128,10 +132,17 @@ def tables_fit(
 
 
 def indexed_heads(
-    name: str, x: Sequence[Any], index: Sequence[Any], index_name: str, head_size: int, words: Words
+    name: str,
+    x: Sequence[Any],
+    index: Sequence[Any],
+    index_name: str,
+    size: int,
+    size_name: str,
+    words: Words,
 ) -> Rule:
     """An x indexed row by row: its leading dims are the index's shape, and
-    each token's row after them holds whole heads of `head_size`."""
+    each token's row after them holds whole heads of `size` elements (the
+    size role, named `size_name`)."""
     yield (
         len(x) > len(index) and all(a == b for a, b in zip(x, index)),
         lambda: (
@@ -143,22 +154,47 @@ def indexed_heads(
     for s in x[len(index) :]:
         per_token *= s
     yield (
-        head_size > 0 and per_token % head_size == 0,
+        size > 0 and per_token % size == 0,
         lambda: (
-            f"{name}: expected whole heads of head_size ({head_size}) a token, got {per_token} elements a token"
+            f"{name}: expected whole heads of {size_name} ({size}) a token, got {per_token} elements a token"
         ),
     )
 
 
-def gathered_table(name: str, t: Sequence[Any], head_size: int, words: Words) -> Rule:
-    """A table gathered by an index: [rows, r], r even and 0 < r <= head_size."""
+def gathered_table(name: str, t: Sequence[Any], size: int, size_name: str, words: Words) -> Rule:
+    """A table gathered by an index: [rows, r], r even and 0 < r <= size."""
     yield (
-        len(t) == 2 and 0 < t[1] <= head_size and t[1] % 2 == 0,
+        len(t) == 2 and 0 < t[1] <= size and t[1] % 2 == 0,
         lambda: (
-            f"{name}: expected shape [rows, r] with r even, at most head_size ({head_size}), got "
+            f"{name}: expected shape [rows, r] with r even, at most {size_name} ({size}), got "
             f"{shape_str(list(t), words)}"
         ),
     )
+
+
+def index_dtype(name: str, got: str) -> Rule:
+    """The index role's dtype: int64 or int32."""
+    yield got in ("int64", "int32"), lambda: f"{name}: expected dtype int64 or int32, got {got}"
+
+
+def gathered_dtype(name: str, x: str, x_dtype: str, got: str) -> Rule:
+    """A gathered table's dtype: x's (named `x`), or beside a narrower x its
+    compute type (a float32 cache beside bfloat16 activations)."""
+    compute = compute_dtype(x_dtype)
+    wanted = (
+        f"{x_dtype} ({x}'s)" if x_dtype == compute else f"{x_dtype} or {compute} ({x}'s or its compute type)"
+    )
+    yield got in (x_dtype, compute), lambda: f"{name}: expected dtype {wanted}, got {got}"
+
+
+def same_dtype(name: str, x: str, want: str, got: str) -> Rule:
+    """A role of another's dtype (the second x written in place: the first's)."""
+    yield got == want, lambda: f"{name}: expected dtype {want} (same as {x}), got {got}"
+
+
+def same_device(name: str, x: str, want: str, got: str) -> Rule:
+    """A tensor on another's device (devices by name)."""
+    yield got == want, lambda: f"{name}: expected device {want} (same as {x}), got {got}"
 
 
 def stats(got: int, got_dtype: str, want: int, want_dtype: str, source: str) -> Rule:

@@ -178,3 +178,29 @@ def test_a_row_op_refuses_roles_it_does_not_know():
         )
     with pytest.raises(ValueError, match="stats: declared exactly when saves == 'stats'"):
         RowOp(name="o", functor="O", doc="", args=(param("weight"),), reference="x", derivatives={})
+
+
+def test_the_codegen_refuses_a_layout_the_adapters_do_not_take():
+    # The tiers' map and in-place adapters read the entry's names by role,
+    # for one layout of roles each: another is refused, naming the entry.
+    import dataclasses
+
+    from tierkit_core.op_codegen import _in_place_info, _map_info
+    from tierkit_core.op_table import ROW_IN_PLACE, ROW_MAPS, flag
+
+    rotary, cached = ROW_MAPS[0], ROW_IN_PLACE[0]
+    two_flags = dataclasses.replace(rotary, args=(*rotary.args, flag("other", False)))
+    with pytest.raises(ValueError, match="rotary_embedding: a row map takes one flag"):
+        _map_info(two_flags)
+    no_key = dataclasses.replace(cached, args=tuple(a for a in cached.args if a.name != "key"))
+    with pytest.raises(ValueError, match=r"rotary_embedding_cached: an in-place row op takes \(index"):
+        _in_place_info(no_key)
+    info = _in_place_info(cached)
+    for line in (
+        'index = "positions"',
+        'written = {"query", "key"}',
+        'table = "cos_sin_cache"',
+        'size = "head_size"',
+        'flag = "is_neox"',
+    ):
+        assert line in info

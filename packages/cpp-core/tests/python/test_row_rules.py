@@ -46,6 +46,37 @@ def test_tables_share_an_even_width_and_broadcast():
     )
 
 
+def test_the_in_place_roles_are_named_by_the_entry():
+    # tests/test_row_rules.cpp's TheInPlaceRolesAreNamedByTheEntry, in torch's words.
+    q, pos = [3, 4, 8], [3, 4]
+    assert refusal(rules.indexed_heads("query", q, pos, "positions", 8, "head_size", rules.TORCH)) == ""
+    assert refusal(rules.indexed_heads("q", q, [4], "ids", 8, "width", rules.TORCH)) == (
+        "q: expected ids's shape [4] as its leading dims and a token's heads after them, got shape [3, 4, 8]"
+    )
+    assert refusal(rules.indexed_heads("q", q, pos, "ids", 3, "width", rules.TORCH)) == (
+        "q: expected whole heads of width (3) a token, got 8 elements a token"
+    )
+    assert refusal(rules.gathered_table("cos_sin_cache", [16, 8], 8, "head_size", rules.TORCH)) == ""
+    assert refusal(rules.gathered_table("table", [16, 8], 4, "width", rules.TORCH)) == (
+        "table: expected shape [rows, r] with r even, at most width (4), got [16, 8]"
+    )
+    assert refusal(rules.index_dtype("positions", "int32")) == ""
+    assert refusal(rules.index_dtype("ids", "float32")) == "ids: expected dtype int64 or int32, got float32"
+    assert refusal(rules.gathered_dtype("cache", "q", "float32", "float16")) == (
+        "cache: expected dtype float32 (q's), got float16"
+    )
+    assert refusal(rules.gathered_dtype("cache", "q", "bfloat16", "float32")) == ""
+    assert refusal(rules.gathered_dtype("cache", "q", "bfloat16", "float64")) == (
+        "cache: expected dtype bfloat16 or float32 (q's or its compute type), got float64"
+    )
+    assert refusal(rules.same_dtype("k", "q", "float32", "float64")) == (
+        "k: expected dtype float32 (same as q), got float64"
+    )
+    assert (
+        refusal(rules.same_device("k", "q", "cpu", "meta")) == "k: expected device cpu (same as q), got meta"
+    )
+
+
 def test_stats_are_what_the_forward_saved():
     assert refusal(rules.stats(6, "float32", 6, "float32", "_f")) == ""
     assert refusal(rules.stats(5, "float64", 6, "float32", "_f")) == (

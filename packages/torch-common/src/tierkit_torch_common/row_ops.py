@@ -22,6 +22,7 @@ from .rows import _split, compute_dtype, default_eps, normalized
 __all__ = [
     "check_dim",
     "in_place_checks",
+    "in_place_names",
     "one_or_tuple",
     "register_row_op_fakes",
     "register_row_op_sharding",
@@ -39,51 +40,53 @@ def tensor_args(entry: RowOp) -> tuple[str, ...]:
     return tuple(a.name for a in entry.args if a.role in ("param", "table"))
 
 
+def in_place_names(entry: RowOp) -> dict[str, Any]:
+    """An in-place entry's argument names by role (the op table's layout,
+    which op_codegen checks: index, two written xs, table, size, flag):
+    ``index``, ``written`` (the two xs), ``table``, ``size``, ``flag``."""
+    by_role: dict[str, list[str]] = {}
+    for a in entry.args:
+        by_role.setdefault(a.role, []).append(a.name)
+    return {
+        "index": by_role["index"][0],
+        "written": tuple(by_role["x"]),
+        "table": by_role["table"][0],
+        "size": by_role["size"][0],
+        "flag": by_role["flag"][0],
+    }
+
+
 def in_place_checks(torch: Any, accepted_dtypes: Sequence[str]) -> Callable[..., None]:
-    """An in-place entry's checks with the C++ kernels' messages (csrc/row_in_place.cpp):
-    ``check(op, positions, query, key, cos_sin_cache, head_size)``: the
-    fakes ask them, and the stable tier's Autograd kernel before it calls
-    below. (Whether each position lies in the table is the kernel's: it
-    reads the values.)"""
+    """An in-place entry's checks with the C++ kernels' messages (core's
+    row_rules, the entry's names): ``check(op, entry, index, x, x2, table,
+    size)``, the arguments by role: the fakes ask them. (Whether each index
+    value lies in the table is the kernel's: it reads the values.)"""
     accepted = tuple(getattr(torch, n) for n in accepted_dtypes)
     accepted_text = one_of(list(accepted_dtypes))
 
-    def check(op: str, positions: Any, query: Any, key: Any, cache: Any, head_size: int) -> None:
-        if query.dtype not in accepted:
-            raise RuntimeError(f"{op}: query: expected dtype {accepted_text}, got {dtype_name(query.dtype)}")
-        for name, t in (("positions", positions), ("cos_sin_cache", cache), ("key", key)):
-            if t is not None and t.device != query.device:
-                raise RuntimeError(
-                    f"{op}: {name}: expected device {query.device} (same as query), got {t.device}"
-                )
-        if positions.dtype not in (torch.int64, torch.int32):
-            raise RuntimeError(
-                f"{op}: positions: expected dtype int64 or int32, got {dtype_name(positions.dtype)}"
-            )
-        compute = torch.float64 if query.dtype == torch.float64 else torch.float32
-        if cache.dtype not in (query.dtype, compute):
-            wanted = (
-                f"{dtype_name(query.dtype)} (query's)"
-                if query.dtype == compute
-                else f"{dtype_name(query.dtype)} or {dtype_name(compute)} (query's or its compute type)"
-            )
-            raise RuntimeError(f"{op}: cos_sin_cache: expected dtype {wanted}, got {dtype_name(cache.dtype)}")
+    def check(op: str, entry: RowOp, index: Any, x: Any, x2: Any, table: Any, size: int) -> None:
+        n = in_place_names(entry)
+        x_name, x2_name = n["written"]
+        if x.dtype not in accepted:
+            raise RuntimeError(f"{op}: {x_name}: expected dtype {accepted_text}, got {dtype_name(x.dtype)}")
+        for name, t in ((n["index"], index), (n["table"], table), (x2_name, x2)):
+            if t is not None:
+                ask(torch, op, rules.same_device(name, x_name, str(x.device), str(t.device)))
+        ask(torch, op, rules.index_dtype(n["index"], dtype_name(index.dtype)))
+        ask(torch, op, rules.gathered_dtype(n["table"], x_name, dtype_name(x.dtype), dtype_name(table.dtype)))
         ask(
             torch,
             op,
-            rules.indexed_heads("query", query.shape, positions.shape, "positions", head_size, rules.TORCH),
+            rules.indexed_heads(x_name, x.shape, index.shape, n["index"], size, n["size"], rules.TORCH),
         )
-        ask(torch, op, rules.gathered_table("cos_sin_cache", cache.shape, head_size, rules.TORCH))
-        if key is None:
+        ask(torch, op, rules.gathered_table(n["table"], table.shape, size, n["size"], rules.TORCH))
+        if x2 is None:
             return
-        if key.dtype != query.dtype:
-            raise RuntimeError(
-                f"{op}: key: expected dtype {dtype_name(query.dtype)} (same as query), got {dtype_name(key.dtype)}"
-            )
+        ask(torch, op, rules.same_dtype(x2_name, x_name, dtype_name(x.dtype), dtype_name(x2.dtype)))
         ask(
             torch,
             op,
-            rules.indexed_heads("key", key.shape, positions.shape, "positions", head_size, rules.TORCH),
+            rules.indexed_heads(x2_name, x2.shape, index.shape, n["index"], size, n["size"], rules.TORCH),
         )
 
     return check
@@ -198,8 +201,8 @@ def register_row_op_fakes(torch: Any, ns: str, accepted_dtypes: Sequence[str], l
     for entry in ROW_OPS:
         if entry.saves == "none":  # written in place: the checks, and nothing returned
 
-            def in_place(positions, query, key, cache, head_size, is_neox, _e=entry):
-                check_in_place(f"{ns}::{_e.name}", positions, query, key, cache, head_size)
+            def in_place(index, x, x2, table, size, flag, _e=entry):
+                check_in_place(f"{ns}::{_e.name}", _e, index, x, x2, table, size)
 
             torch.library.register_fake(f"{ns}::{entry.name}", in_place, lib=lib)
             continue
@@ -291,10 +294,10 @@ level). Differentiable in ``x``, in reverse and forward mode."""
 
 _IN_PLACE_RULES = """
 
-Written in place, nothing returned; not differentiable (call it under
-torch.no_grad() or torch.inference_mode(), as vLLM does). Every position is
-checked to lie in the table before anything is written. The table may be
-query's dtype or its compute type (a float32 cache beside bfloat16
+{x} and {x2} are written in place, nothing returned; not differentiable
+(call it under torch.no_grad() or torch.inference_mode()). Every value of
+{index} is checked to lie in {table} before anything is written. {table}
+may have {x}'s dtype or its compute type (a float32 table beside bfloat16
 activations); 16-bit values are computed in float32 and rounded once."""
 
 _TABLE_RULES = """
@@ -316,7 +319,10 @@ def _default(arg: Any) -> str:
 
 def _rules(entry: RowOp) -> str:
     if entry.saves == "none":
-        return _IN_PLACE_RULES
+        n = in_place_names(entry)
+        return _IN_PLACE_RULES.format(
+            x=n["written"][0], x2=n["written"][1], index=n["index"], table=n["table"]
+        )
     if entry.has_dim:
         return _DIM_RULES
     if entry.tables:
