@@ -51,7 +51,8 @@ void check(const char* op, const at::Tensor& index, const at::Tensor& x, const O
   check_defined(op, table, Info::table);
   const auto same_device = [&](const at::Tensor& t, const char* n) {
     if (t.device() != x.device())
-      core_check(op, [&] { rules::same_device(n, x_name, false, x.device().str(), t.device().str()); });
+      core_check(op,
+                 [&] { rules::same_device(n, x_name, false, c10::str(x.device()), c10::str(t.device())); });
   };
   same_device(index, Info::index);
   same_device(table, Info::table);
