@@ -294,6 +294,17 @@ struct NextRow {
   // NOLINTNEXTLINE: implicit, as a pointer
   NextRow(const T* first, const T* second = nullptr) : a(first), b(second) {}
 };
+// Whether p starts a 64-byte line: a streamed vector store needs it (every
+// build asks: the scalar ones, aarch64's included, too).
+inline bool line_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
+// A streamed row's elements before its first whole line (at most d), which
+// its kernel stores one at a time so that its blocks start on that line
+// (vec_each's `head`); 0 where the row starts a line or does not stream.
+template <typename T>
+inline std::int64_t line_head(const T* p, std::int64_t d, bool stream) {
+  const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 64);
+  return stream && off ? std::min<std::int64_t>(d, (64 - off) / static_cast<std::int64_t>(sizeof(T))) : 0;
+}
 // The vector rows: GCC only. Clang (core's fuzzers) rejects these generic
 // vectors across functions of another target and the written-out streaming
 // stores; there every type runs Rows<T>, which gives the same bits.
@@ -458,16 +469,6 @@ TIERKIT_ROW_INLINE float bf16_row_floor(const BFloat16* x, std::int64_t d) {
   }
   if (low == 0xffffu) return std::numeric_limits<float>::infinity();
   return tierkit::detail::bits_float(static_cast<std::uint32_t>(low + 1u) << 16);
-}
-// Whether p starts a 64-byte line: a streamed vector store needs it.
-inline bool line_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; }
-// A streamed row's elements before its first whole line (at most d), which
-// its kernel stores one at a time so that its blocks start on that line
-// (vec_each's `head`); 0 where the row starts a line or does not stream.
-template <typename T>
-inline std::int64_t line_head(const T* p, std::int64_t d, bool stream) {
-  const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 64);
-  return stream && off ? std::min<std::int64_t>(d, (64 - off) / static_cast<std::int64_t>(sizeof(T))) : 0;
 }
 // The widest 16-bit row the vector rows stream (row_streams): its forward
 // output is computed into a stack row of this many elements, then leaves a
