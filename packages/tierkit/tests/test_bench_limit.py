@@ -251,6 +251,39 @@ def test_self_timed_gets_the_same_calls_as_the_others(lib):
     assert samples["t"].seconds == [1e-6, 1e-6]
 
 
+def test_a_much_slower_peer_makes_fewer_calls_a_sample(monkeypatch):
+    from tierkit.bench import timing
+
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+    made = {"op": 0, "close": 0, "peer": 0}
+
+    def costing(name: str, seconds: float):
+        def fn():
+            made[name] += 1
+            clock[0] += seconds
+
+        return fn
+
+    limit_calls = []
+    samples = timing.interleaved(
+        {
+            "op": costing("op", 1e-3),
+            "close": costing("close", 3e-3),  # within SLOW_PEER of the fastest: the same calls
+            "peer": costing("peer", 0.1),  # 100x: ceil(20 * 1e-3 / 0.1) = 1 call a sample
+            "limit": timing.SelfTimed(lambda k: limit_calls.append(k) or 1e-3),
+        },
+        reps=2,
+        inner=20,
+    )
+    # warm-up 1, then per repetition a settling call and the sample's calls
+    assert made == {"op": 1 + 2 * 21, "close": 1 + 2 * 21, "peer": 1 + 2 * 2}
+    assert limit_calls == [1, 1, 20, 1, 20]
+    assert samples["peer"].seconds == pytest.approx([0.1, 0.1]) and samples["op"].seconds == pytest.approx(
+        [1e-3] * 2
+    )
+
+
 def test_best_of_keeps_each_samples_fastest_run_and_leaves_self_timed_alone(monkeypatch):
     from tierkit.bench import timing
 

@@ -16,6 +16,7 @@ a torch op, 10.4 ms alone).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -61,6 +62,9 @@ def per_call(fn: Callable[[], object], inner: int) -> float:
     return (time.perf_counter() - start) / inner
 
 
+SLOW_PEER = 4.0  # an implementation this many times slower than the fastest gets fewer calls a sample
+
+
 def interleaved(
     impls: dict[str, Callable[[], object]], reps: int, inner: int = 1, warmup: int = 1, best_of: int = 1
 ) -> dict[str, Samples]:
@@ -72,11 +76,31 @@ def interleaved(
     the copy limit passes it, so both sides of the ratio are taken the same
     way: a single call right after another implementation still pays for
     the caches that one left (RMSNorm, float32 [4096, 4096], Xeon: 4.2 ms
-    as one call, 2.7 ms as the best of 3, against the limit's 2.5 ms)."""
-    for fn in impls.values():
+    as one call, 2.7 ms as the best of 3, against the limit's 2.5 ms).
+
+    `inner` is sized for the fastest implementation; a plain callable more
+    than SLOW_PEER times slower than the fastest (its last warm-up call)
+    makes only as many calls a sample as fill the same time, at least one:
+    a numpy peer 200x slower than the op took 9 of the 15 s of the quick
+    silu probe at the op's `inner`, and one call of it is long enough to
+    time. A SelfTimed limit always makes `inner`."""
+    last: dict[str, float] = {}
+    for name, fn in impls.items():
         for _ in range(warmup):
+            start = time.perf_counter()
             fn()
+            last[name] = time.perf_counter() - start
     names = list(impls)
+    plain = [last[n] for n in names if n in last and not isinstance(impls[n], SelfTimed)]
+    fastest = min(plain) if plain else 0.0
+    calls = {
+        n: (
+            max(1, math.ceil(inner * fastest / last[n]))
+            if n in last and not isinstance(impls[n], SelfTimed) and last[n] > SLOW_PEER * fastest > 0
+            else inner
+        )
+        for n in names
+    }
     out: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate: no fixed position bias
@@ -86,7 +110,7 @@ def interleaved(
             if isinstance(fn, SelfTimed):
                 out[name].append(fn(inner))
             else:
-                out[name].append(min(per_call(fn, inner) for _ in range(best_of)))
+                out[name].append(min(per_call(fn, calls[name]) for _ in range(best_of)))
     return {name: Samples(values) for name, values in out.items()}
 
 
