@@ -139,6 +139,72 @@ TEST(RowRules, TheInPlaceRolesAreNamedByTheEntry) {
   EXPECT_THROW(rules::index_dtype("ids", false, "float32"), tierkit::DTypeError);
 }
 
+// An argument as a binding reads it, for in_place_roles: a dtype's name,
+// sizes, strides, a device.
+struct Arg {
+  std::string dtype;
+  Sizes sizes, strides;
+  std::string device = "cpu";
+};
+struct ArgReader {
+  static std::string dtype(const Arg& a) { return a.dtype; }
+  static bool indexes(const std::string& t) { return t == "int64" || t == "int32"; }
+  static std::string compute(const std::string& t) { return t == "float64" ? t : "float32"; }
+  static std::string name(const std::string& t) { return t; }
+  static Sizes sizes(const Arg& a) { return a.sizes; }
+  static Sizes strides(const Arg& a) { return a.strides; }
+  static bool device_differs(const Arg& a, const Arg& x) { return a.device != x.device; }
+  static std::string device(const Arg& a) { return a.device; }
+};
+struct Cached {  // an entry's names (the codegen's in_place_info)
+  static constexpr const char* index = "positions";
+  static constexpr const char* written[2] = {"query", "key"};
+  static constexpr const char* table = "cos_sin_cache";
+  static constexpr const char* size = "head_size";
+};
+
+TEST(RowRules, AnInPlaceEntrysRolesAreAskedInOneOrder) {
+  const Arg pos{"int64", {3}, {1}}, q{"bfloat16", {3, 16}, {16, 1}}, k{"bfloat16", {3, 8}, {8, 1}},
+      cache{"float32", {10, 8}, {8, 1}};
+  const auto float_pos_of = [](Arg a) {
+    a.dtype = "float32";
+    return a;
+  };
+  const auto roles = [&](const Arg& index, const Arg& x, const Arg* x2, const Arg& table, std::int64_t size) {
+    return refusal(
+        [&] { rules::in_place_roles<Cached>(ArgReader{}, index, x, x2, table, size, rules::kTorchWords); });
+  };
+  EXPECT_EQ(roles(pos, q, &k, cache, 8), "");
+  EXPECT_EQ(roles(pos, q, nullptr, cache, 8), "");
+  // Devices first (the fakes' order: torch-common's in_place_checks), then
+  // the index's dtype, the table's, the shapes, then the second x's.
+  Arg elsewhere = pos;
+  elsewhere.device = "meta";
+  elsewhere.dtype = "float32";
+  EXPECT_EQ(roles(elsewhere, q, &k, cache, 8), "positions: expected device cpu (same as query), got meta");
+  Arg key_elsewhere = k;
+  key_elsewhere.device = "meta";
+  EXPECT_EQ(roles(float_pos_of(pos), q, &key_elsewhere, cache, 8),
+            "key: expected device cpu (same as query), got meta");
+  Arg float_pos = pos;
+  float_pos.dtype = "float32";
+  Arg wide_cache = cache;
+  wide_cache.dtype = "float64";
+  EXPECT_EQ(roles(float_pos, q, &k, wide_cache, 8), "positions: expected dtype int64 or int32, got float32");
+  EXPECT_EQ(roles(pos, q, &k, wide_cache, 8),
+            "cos_sin_cache: expected dtype bfloat16 or float32 (query's or its compute type), got float64");
+  EXPECT_EQ(roles(pos, q, &k, cache, 5),
+            "query: expected whole heads of head_size (5) a token, got 16 elements a token");
+  Arg wide_key = k;
+  wide_key.dtype = "float64";
+  EXPECT_EQ(roles(pos, q, &wide_key, cache, 8), "key: expected dtype bfloat16 (same as query), got float64");
+  // Last: an x written in place needs an address per element.
+  Arg expanded = q;
+  expanded.strides = {0, 1};
+  EXPECT_EQ(roles(pos, expanded, &k, cache, 8),
+            "query: has internal overlap (e.g. an expanded tensor), so several elements share one address");
+}
+
 TEST(RowRules, MixedDtypesComputeAsAtensNorms) {
   using tierkit::DType;
   const auto m = [](DType x, std::optional<DType> w, std::optional<DType> b = std::nullopt) {

@@ -766,6 +766,21 @@ struct BridgeMap {
   static void bind(py::module_& m) { bind(m, std::make_index_sequence<N>{}); }
 };
 
+// An array as core's in-place rules read it (row_rules::in_place_roles):
+// numpy's dtype names, no devices.
+struct RoleReader {
+  static tierkit::DType dtype(const tierkit::TensorView& v) { return v.dtype(); }
+  static bool indexes(tierkit::DType t) { return t == tierkit::DType::Int64 || t == tierkit::DType::Int32; }
+  static tierkit::DType compute(tierkit::DType t) {
+    return t == tierkit::DType::Float64 ? tierkit::DType::Float64 : tierkit::DType::Float32;
+  }
+  static std::string name(tierkit::DType t) { return std::string(tierkit::dtype_name(t)); }
+  static std::vector<std::int64_t> sizes(const tierkit::TensorView& v) { return dims(v.shape()); }
+  static std::vector<std::int64_t> strides(const tierkit::TensorView& v) { return dims(v.strides()); }
+  static bool device_differs(const tierkit::TensorView&, const tierkit::TensorView&) { return false; }
+  static std::string device(const tierkit::TensorView&) { return {}; }
+};
+
 // The in-place row ops (TIERKIT_ROW_IN_PLACE) for arrays: the x arguments
 // written in place, each token's table row gathered by its index; written for
 // the entry's roles (an index, x written in place, an optional second x, a
@@ -841,29 +856,9 @@ struct BridgeInPlace {
     if (!tierkit::is_accepted(vx.dtype()))
       throw py::type_error(op + x_name + ": expected dtype " + tierkit::accepted_dtype_names() + ", got " +
                            std::string(dtype_text(vx)));
-    const tierkit::DType compute =
-        vx.dtype() == tierkit::DType::Float64 ? tierkit::DType::Float64 : tierkit::DType::Float32;
     row_rule(op, [&] {
-      rules::index_dtype(Info::index,
-                         vi.dtype() == tierkit::DType::Int64 || vi.dtype() == tierkit::DType::Int32,
-                         dtype_text(vi));
-      rules::gathered_dtype(Info::table, x_name, vt.dtype() == vx.dtype() || vt.dtype() == compute,
-                            dtype_text(vx), vx.dtype() == compute ? "" : tierkit::dtype_name(compute),
-                            dtype_text(vt));
-      rules::indexed_heads(x_name, dims(vx.shape()), dims(vi.shape()), Info::index, size, Info::size,
-                           rules::kNumpyWords);
-      rules::gathered_table(Info::table, dims(vt.shape()), size, Info::size, rules::kNumpyWords);
-      if (!ax2) return;
-      const tierkit::TensorView& vx2 = ax2->view();
-      rules::same_dtype(x2_name, x_name, vx2.dtype() == vx.dtype(), dtype_text(vx), dtype_text(vx2));
-      rules::indexed_heads(x2_name, dims(vx2.shape()), dims(vi.shape()), Info::index, size, Info::size,
-                           rules::kNumpyWords);
-    });
-    row_rule(op, [&] {  // a writable view with a stride of 0 (np.lib.stride_tricks.as_strided)
-      rules::written_alone(x_name, dims(vx.shape()), dims(vx.strides()), rules::kNumpyWords);
-      if (ax2)
-        rules::written_alone(x2_name, dims(ax2->view().shape()), dims(ax2->view().strides()),
-                             rules::kNumpyWords);
+      rules::in_place_roles<Info>(RoleReader{}, vi, vx, ax2 ? &ax2->view() : nullptr, vt, size,
+                                  rules::kNumpyWords);
     });
     // The index as int64 and the table C-contiguous: copies, so what is
     // written cannot change what the tokens read.

@@ -33,6 +33,20 @@ bool spans_meet(const Tensor& a, const Tensor& b) {
   return a0 < b1 && b0 < a1;
 }
 
+// A stable Tensor as core's in-place rules read it (row_rules::in_place_roles).
+struct RoleReader {
+  static ScalarType dtype(const Tensor& t) { return t.scalar_type(); }
+  static bool indexes(ScalarType t) { return t == ScalarType::Long || t == ScalarType::Int; }
+  static ScalarType compute(ScalarType t) {
+    return t == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
+  }
+  static std::string name(ScalarType t) { return dtype_name(t); }
+  static std::vector<int64_t> sizes(const Tensor& t) { return sizes_of(t); }
+  static std::vector<int64_t> strides(const Tensor& t) { return strides_of(t); }
+  static bool device_differs(const Tensor& t, const Tensor& x) { return !(t.device() == x.device()); }
+  static std::string device(const Tensor& t) { return device_str(t.device()); }
+};
+
 // A written x as token rows (core's token_rows): over x's memory, or
 // computed in a contiguous copy and written back after.
 struct Heads : tierkit::kernels::TokenRows {
@@ -54,50 +68,18 @@ struct StableInPlace {
 
   static void check(const char* op, const Tensor& index, const Tensor& x, const OptTensor& x2,
                     const Tensor& table, int64_t size) {
-    const char* x_name = Info::written[0];
-    check_first(op, x, x_name);
+    check_first(op, x, Info::written[0]);
     check_defined(op, index, Info::index);
     check_defined(op, table, Info::table);
-    const auto same_device = [&](const Tensor& t, const char* n) {
-      if (!(t.device() == x.device()))
-        core_check(op, [&] {
-          rules::same_device(n, x_name, false, device_str(x.device()), device_str(t.device()));
-        });
-    };
-    same_device(index, Info::index);
-    same_device(table, Info::table);
-    const ScalarType compute = x.scalar_type() == ScalarType::Double ? ScalarType::Double : ScalarType::Float;
     core_check(op, [&] {
-      rules::index_dtype(Info::index,
-                         index.scalar_type() == ScalarType::Long || index.scalar_type() == ScalarType::Int,
-                         dtype_name(index.scalar_type()));
-      rules::gathered_dtype(
-          Info::table, x_name, table.scalar_type() == x.scalar_type() || table.scalar_type() == compute,
-          dtype_name(x.scalar_type()), x.scalar_type() == compute ? "" : dtype_name(compute),
-          dtype_name(table.scalar_type()));
-      rules::indexed_heads(x_name, sizes_of(x), sizes_of(index), Info::index, size, Info::size,
-                           rules::kTorchWords);
-      rules::gathered_table(Info::table, sizes_of(table), size, Info::size, rules::kTorchWords);
-    });
-    if (!present(x2)) return;
-    const char* x2_name = Info::written[1];
-    same_device(*x2, x2_name);
-    core_check(op, [&] {
-      rules::same_dtype(x2_name, x_name, x2->scalar_type() == x.scalar_type(), dtype_name(x.scalar_type()),
-                        dtype_name(x2->scalar_type()));
-      rules::indexed_heads(x2_name, sizes_of(*x2), sizes_of(index), Info::index, size, Info::size,
-                           rules::kTorchWords);
+      rules::in_place_roles<Info>(RoleReader{}, index, x, present(x2) ? &*x2 : nullptr, table, size,
+                                  rules::kTorchWords);
     });
   }
 
   static void op(Tensor index_in, Tensor x, OptTensor x2, Tensor table_in, int64_t size, bool flag) {
     const char* op = kName.c_str();
     check(op, index_in, x, x2, table_in, size);
-    core_check(op, [&] {  // before anything is computed: a copied layout's write-back would race or fail
-      rules::written_alone(Info::written[0], sizes_of(x), strides_of(x), rules::kTorchWords);
-      if (present(x2))
-        rules::written_alone(Info::written[1], sizes_of(*x2), strides_of(*x2), rules::kTorchWords);
-    });
     // The index and the table as every token reads them: the values they had at the call.
     const auto as_called = [&](const Tensor& t) {
       const bool shared = spans_meet(t, x) || (present(x2) && spans_meet(t, *x2));

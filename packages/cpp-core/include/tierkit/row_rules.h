@@ -197,6 +197,40 @@ inline void written_apart(const char* name, const char* other, bool shared) {
   if (shared) fail(name, ": shares memory with ", other, " (its elements would be written twice)");
 }
 
+// An in-place entry's roles (tierkit::in_place_info: its names for the
+// index, the written xs, the gathered table and the size), each rule above
+// asked in one order for every binding. `A` reads the binding's arguments:
+// dtype(a) (compared with ==), indexes(t) (int64 or int32), compute(t)
+// (float64 for float64, else float32), name(t) in the binding's words,
+// sizes(a), strides(a), and for the tiers with devices device_differs(a, x)
+// and device(a). `x2`: null where the second x is absent.
+template <typename Info, typename A, typename Arg>
+void in_place_roles(const A& a, const Arg& index, const Arg& x, const Arg* x2, const Arg& table,
+                    std::int64_t size, const Words& w) {
+  const char* x_name = Info::written[0];
+  const auto device = [&](const Arg& t, const char* name) {
+    if (a.device_differs(t, x)) same_device(name, x_name, false, a.device(x), a.device(t));
+  };
+  device(index, Info::index);
+  device(table, Info::table);
+  if (x2) device(*x2, Info::written[1]);
+  const auto xt = a.dtype(x), it = a.dtype(index), tt = a.dtype(table), ct = a.compute(xt);
+  index_dtype(Info::index, a.indexes(it), a.name(it));
+  gathered_dtype(Info::table, x_name, tt == xt || tt == ct, a.name(xt), xt == ct ? std::string() : a.name(ct),
+                 a.name(tt));
+  indexed_heads(x_name, a.sizes(x), a.sizes(index), Info::index, size, Info::size, w);
+  gathered_table(Info::table, a.sizes(table), size, Info::size, w);
+  if (x2) {
+    const char* x2_name = Info::written[1];
+    same_dtype(x2_name, x_name, a.dtype(*x2) == xt, a.name(xt), a.name(a.dtype(*x2)));
+    indexed_heads(x2_name, a.sizes(*x2), a.sizes(index), Info::index, size, Info::size, w);
+  }
+  // Before anything is computed: a layout that is copied and written back
+  // would race, or fail after the other x was written.
+  written_alone(x_name, a.sizes(x), a.strides(x), w);
+  if (x2) written_alone(Info::written[1], a.sizes(*x2), a.strides(*x2), w);
+}
+
 // The mixed-dtype rule (aten's norms'): parameters of another float dtype
 // than x's are computed in x's compute type (float32 for 16-bit x), or in
 // float64 where x or a parameter is float64; the result is rounded to x's

@@ -3,10 +3,10 @@
 // written for the kind's roles, each named as its entry names it
 // (tierkit::in_place_info: vLLM's positions, query, key, cos_sin_cache,
 // head_size): an index, x arguments written in place (the second optional),
-// a table gathered by the index, a size. The checks and their words (shape
-// rules: core's row_rules), the values read as they were at the call, the
-// token rows the kernels walk, and the write back of a layout that is no
-// token rows.
+// a table gathered by the index, a size. The checks (core's
+// row_rules::in_place_roles, over torch's tensors), the values read as they
+// were at the call, the token rows the kernels walk, and the write back of
+// a layout that is no token rows.
 #pragma once
 
 #include <ATen/MemoryOverlap.h>
@@ -40,41 +40,29 @@ inline Heads heads_of(const at::Tensor& x, int64_t index_dims, int64_t tokens, i
   return h;
 }
 
-// The arguments' rules (core's row_rules, with the entry's names), the
-// kernels' and the fakes' (torch-common's in_place_checks) words.
+// at::Tensor as core's in-place rules read it (row_rules::in_place_roles).
+struct RoleReader {
+  static at::ScalarType dtype(const at::Tensor& t) { return t.scalar_type(); }
+  static bool indexes(at::ScalarType t) { return t == at::kLong || t == at::kInt; }
+  static at::ScalarType compute(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+  static std::string name(at::ScalarType t) { return dtype_name(t); }
+  static at::IntArrayRef sizes(const at::Tensor& t) { return t.sizes(); }
+  static at::IntArrayRef strides(const at::Tensor& t) { return t.strides(); }
+  static bool device_differs(const at::Tensor& t, const at::Tensor& x) { return t.device() != x.device(); }
+  static std::string device(const at::Tensor& t) { return c10::str(t.device()); }
+};
+
+// The arguments' rules: core's, with the entry's names (the kernels' and
+// the fakes' words: torch-common's in_place_checks).
 template <typename Info>
 void check(const char* op, const at::Tensor& index, const at::Tensor& x, const OptTensor& x2,
            const at::Tensor& table, int64_t size, c10::DeviceType device) {
-  const char* x_name = Info::written[0];
-  check_first(op, x, x_name, device);
+  check_first(op, x, Info::written[0], device);
   check_defined(op, index, Info::index);
   check_defined(op, table, Info::table);
-  const auto same_device = [&](const at::Tensor& t, const char* n) {
-    if (t.device() != x.device())
-      core_check(op,
-                 [&] { rules::same_device(n, x_name, false, c10::str(x.device()), c10::str(t.device())); });
-  };
-  same_device(index, Info::index);
-  same_device(table, Info::table);
-  const at::ScalarType compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   core_check(op, [&] {
-    rules::index_dtype(Info::index, index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
-                       dtype_name(index.scalar_type()));
-    rules::gathered_dtype(Info::table, x_name,
-                          table.scalar_type() == x.scalar_type() || table.scalar_type() == compute,
-                          dtype_name(x.scalar_type()), x.scalar_type() == compute ? "" : dtype_name(compute),
-                          dtype_name(table.scalar_type()));
-    rules::indexed_heads(x_name, x.sizes(), index.sizes(), Info::index, size, Info::size, rules::kTorchWords);
-    rules::gathered_table(Info::table, table.sizes(), size, Info::size, rules::kTorchWords);
-  });
-  if (!present(x2)) return;
-  const char* x2_name = Info::written[1];
-  same_device(*x2, x2_name);
-  core_check(op, [&] {
-    rules::same_dtype(x2_name, x_name, x2->scalar_type() == x.scalar_type(), dtype_name(x.scalar_type()),
-                      dtype_name(x2->scalar_type()));
-    rules::indexed_heads(x2_name, x2->sizes(), index.sizes(), Info::index, size, Info::size,
-                         rules::kTorchWords);
+    rules::in_place_roles<Info>(RoleReader{}, index, x, present(x2) ? &*x2 : nullptr, table, size,
+                                rules::kTorchWords);
   });
 }
 
@@ -96,10 +84,6 @@ template <typename Info>
 Prepared prepare(const char* op, const at::Tensor& index_in, const at::Tensor& x, const OptTensor& x2,
                  const at::Tensor& table_in, int64_t size, c10::DeviceType device) {
   check<Info>(op, index_in, x, x2, table_in, size, device);
-  core_check(op, [&] {
-    rules::written_alone(Info::written[0], x.sizes(), x.strides(), rules::kTorchWords);
-    if (present(x2)) rules::written_alone(Info::written[1], x2->sizes(), x2->strides(), rules::kTorchWords);
-  });
   const auto as_called = [&](const at::Tensor& t) {
     bool shared = at::get_overlap_status(t, x) != at::MemOverlapStatus::No;
     if (present(x2)) shared = shared || at::get_overlap_status(t, *x2) != at::MemOverlapStatus::No;
