@@ -199,8 +199,9 @@ TEST(Rotary, RefusesAnOddOrTooWideWidth) {
 
 // RowTables::broadcast merges x's leading dims where the tables allow and
 // drops those of size 1, so x of any rank fits: each row's table offsets
-// equal the unmerged, row-major ones (offsets() and a Walk); more alternating runs than kMaxRank
-// are refused (false).
+// equal the unmerged, row-major ones (offsets(), a Walk, the layout
+// widened to more tables); more alternating runs than kMaxRank are refused
+// (false).
 TEST(RowTables, MergedLeadingDimsGiveEveryRowItsOffsets) {
   // x's leading dims (11 of them) and two tables: [2, 1, 3, 1, 1, 5, r]
   // broadcast from the right, and a full one.
@@ -226,6 +227,8 @@ TEST(RowTables, MergedLeadingDimsGiveEveryRowItsOffsets) {
   const std::int64_t* strides[2] = {a_strides.data(), b_strides.data()};
   ASSERT_TRUE(l.broadcast(lead.data(), n, ranks, sizes, strides));
   EXPECT_LE(l.rank, tierkit::kMaxRank);
+  const RowTables<3> wide_l = l.widened<3>();
+  EXPECT_EQ(wide_l.rank, l.rank);
   std::int64_t rows = 1;
   for (std::int64_t s : lead) rows *= s;
   for (std::int64_t row = 0; row < rows; ++row) {
@@ -243,6 +246,11 @@ TEST(RowTables, MergedLeadingDimsGiveEveryRowItsOffsets) {
     l.offsets(row, got);
     ASSERT_EQ(got[0], want[0]) << "row " << row;
     ASSERT_EQ(got[1], want[1]) << "row " << row;
+    // Widened to more tables (a CUDA launch's), the first two read the same.
+    std::int64_t wide[3];
+    wide_l.offsets(row, wide);
+    ASSERT_EQ(wide[0], want[0]) << "row " << row;
+    ASSERT_EQ(wide[1], want[1]) << "row " << row;
     // A walk from any row (the pools' chunks start anywhere) steps to the same offsets.
     for (std::int64_t start : {std::int64_t{0}, row / 2, row}) {
       RowTables<2>::Walk walk(l, start);

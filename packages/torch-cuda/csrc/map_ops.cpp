@@ -41,12 +41,8 @@ struct CudaMap {
     a.r = m.r;
     a.flag = flag;
     a.transpose = transpose;
-    a.layout.rank = m.layout.rank;
-    for (int k = 0; k < m.layout.rank; ++k) a.layout.shape[k] = m.layout.shape[k];
-    for (std::size_t t = 0; t < N; ++t) {
-      a.tables[t] = m.tables[t].const_data_ptr();
-      for (int k = 0; k < m.layout.rank; ++k) a.layout.strides[t][k] = m.layout.strides[t][k];
-    }
+    a.layout = m.layout.template widened<kMapTables>();
+    for (std::size_t t = 0; t < N; ++t) a.tables[t] = m.tables[t].const_data_ptr();
     launch_row_map(Kind, tt::core_dtype_info(m.dtype)->dtype, a,
                    c10::cuda::getCurrentCUDAStream(m.x.get_device()).stream());
     return y;

@@ -45,6 +45,19 @@ struct RowTables {
     return true;
   }
 
+  // The same layout in a RowTables of M >= N tables (a launch that carries
+  // its kind's most tables), the tables past N never read.
+  template <std::size_t M>
+  RowTables<M> widened() const {
+    static_assert(M >= N, "widened: to at least as many tables");
+    RowTables<M> w;
+    w.rank = rank;
+    for (int k = 0; k < rank; ++k) w.shape[k] = shape[k];
+    for (std::size_t t = 0; t < N; ++t)
+      for (int k = 0; k < rank; ++k) w.strides[t][k] = strides[t][k];
+    return w;
+  }
+
   // The layout of x's `lead` leading dims (sizes x_lead) against N tables,
   // table t of rank table_rank[t] (its last dim the width) with sizes and
   // element strides table_sizes[t] / table_strides[t], broadcast from the
