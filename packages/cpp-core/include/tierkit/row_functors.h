@@ -148,7 +148,7 @@ struct RmsNormBody {
       R::each(
           d,
           [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-            if (next_x) R::prefetch(next_x + j);
+            if (next_x) R::prefetch(next_x + j, d);
             const auto g0 = L.ld(gr + j), xh = L.ld(xr + j) * L.splat(rs);
             if (dwp) L.add(dwp + j, g0 * xh);
             L.st(
@@ -329,7 +329,7 @@ struct LayerNormBody {
       R::each(
           d,
           [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-            if (next_x) R::prefetch(next_x + j);
+            if (next_x) R::prefetch(next_x + j, d);
             const auto g0 = L.ld(gr + j), xh = xh_of(L, j);
             if (dwp) L.add(dwp + j, g0 * xh);
             if (dbp) L.add(dbp + j, g0);

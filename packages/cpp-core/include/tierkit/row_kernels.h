@@ -589,14 +589,36 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2(std::int64_t d, const Block& block, con
   }
   return {ra.total(), rb.total()};
 }
+// Asks for a line of the next row (p) while this row's last pass runs. A
+// row of kAheadToL1 bytes or more has its next row asked for into L2
+// (prefetcht1), not L1: the next row's lines then no longer evict this
+// row's, which its last pass reads again. Two Zen 4 cores, rms_norm
+// forward, 2^24 elements, medians of 21 interleaved: bfloat16 d = 4096
+// 1.71 -> 1.43 ms, 8192 2.54 -> 1.87; layer_norm float32 d = 4096 5.02 ->
+// 4.34 (one core: 6.96 -> 6.02); rows of 1024 bfloat16 (2 KiB, two rows
+// well inside L1) unchanged within noise, so they keep L1. A hint only.
+inline constexpr std::int64_t kAheadToL1 = 4096;
+template <typename T>
+TIERKIT_ROW_INLINE void ask_ahead(const T* p, bool to_l2) {
+  if (to_l2)
+    __builtin_prefetch(p, 0, 2);
+  else
+    __builtin_prefetch(p, 0, 3);
+}
+template <typename T>
+TIERKIT_ROW_INLINE bool ahead_to_l2(std::int64_t d) {
+  return d * static_cast<std::int64_t>(sizeof(T)) >= kAheadToL1;
+}
+
 // block(j) over the full vectors of [0, d), one(j) over the rest. With
 // `ahead` (the next row's starts), each block also asks for the next row's
-// line at its offset: a row's last pass (reads from cache, writes out) then
-// overlaps the next row's reads from memory, which the hardware prefetcher
-// does not start on its own across a long row (float32 rows of 8192 ran at
-// 0.54 of a copy in the two-statistics norm against 0.85 at 1024, an
-// AVX-512 Xeon). Two inputs, both asked (add_rms_norm float32 [4096, 4096],
-// 2 threads: 0.76 -> 0.80 of two copies with x's row alone asked for).
+// line at its offset (ask_ahead): a row's last pass (reads from cache,
+// writes out) then overlaps the next row's reads from memory, which the
+// hardware prefetcher does not start on its own across a long row (float32
+// rows of 8192 ran at 0.54 of a copy in the two-statistics norm against
+// 0.85 at 1024, an AVX-512 Xeon). Two inputs, both asked (add_rms_norm
+// float32 [4096, 4096], 2 threads: 0.76 -> 0.80 of two copies with x's row
+// alone asked for).
 //
 // `head`: elements [0, head) one(j) at a time, the blocks from there: a
 // streamed row's blocks then start on its first whole line (out_row).
@@ -605,15 +627,16 @@ TIERKIT_ROW_INLINE void vec_each(std::int64_t d, const Block& block, const One& 
                                  std::int64_t head = 0) {
   std::int64_t j = 0;
   for (; j < head; ++j) one(j);
+  const bool to_l2 = ahead_to_l2<T>(d);
   if (ahead.a && ahead.b)
     for (; j + W::kLanes <= d; j += W::kLanes) {
-      __builtin_prefetch(ahead.a + j, 0, 3);
-      __builtin_prefetch(ahead.b + j, 0, 3);
+      ask_ahead(ahead.a + j, to_l2);
+      ask_ahead(ahead.b + j, to_l2);
       block(j);
     }
   else if (ahead.a)
     for (; j + W::kLanes <= d; j += W::kLanes) {
-      __builtin_prefetch(ahead.a + j, 0, 3);
+      ask_ahead(ahead.a + j, to_l2);
       block(j);
     }
   for (; j + W::kLanes <= d; j += W::kLanes) block(j);

@@ -101,7 +101,7 @@ struct ScalarRowTerms {
   TIERKIT_ROW_INLINE static void staged_row(T* out, std::int64_t, bool, const Use& use) {
     use(out);
   }
-  TIERKIT_ROW_INLINE static void prefetch(const void*) {}
+  TIERKIT_ROW_INLINE static void prefetch(const void*, std::int64_t) {}
   // The row's max (max_settled); -inf for an empty row.
   TIERKIT_ROW_INLINE static C max(const T* x, std::int64_t d) {
     C m = -std::numeric_limits<C>::infinity();
@@ -198,7 +198,11 @@ struct VecRowTerms {
     }
     use(out);
   }
-  TIERKIT_ROW_INLINE static void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
+  // A line of the next row, while this one's last pass runs (ask_ahead).
+  template <typename P>
+  TIERKIT_ROW_INLINE static void prefetch(const P* p, std::int64_t d) {
+    ask_ahead(p, ahead_to_l2<P>(d));
+  }
   // ScalarRowTerms::max's value: the lanes' maxima, then the tail's and the
   // lanes' together (max is exact, so any order gives its bits).
   TIERKIT_ROW_INLINE static float max(const T* x, std::int64_t d) {
