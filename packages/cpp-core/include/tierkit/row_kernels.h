@@ -594,7 +594,7 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2(std::int64_t d, const Block& block, con
 // (prefetcht1), not L1: the next row's lines then no longer evict this
 // row's, which its last pass reads again. Two Zen 4 cores, rms_norm
 // forward, 2^24 elements, medians of 21 interleaved: bfloat16 d = 4096
-// 1.71 -> 1.43 ms, 8192 2.54 -> 1.87; layer_norm float32 d = 4096 5.02 ->
+// 1.71 -> 1.43 ms, 8192 2.54 -> 1.87; LayerNorm float32 d = 4096 5.02 ->
 // 4.34 (one core: 6.96 -> 6.02); rows of 1024 bfloat16 (2 KiB, two rows
 // well inside L1) unchanged within noise, so they keep L1. A hint only.
 inline constexpr std::int64_t kAheadToL1 = 4096;
