@@ -67,11 +67,11 @@ def _env_plan(
     py = python(env_dir)
     create = [[base, "-m", "venv", str(env_dir)], [py, "-m", "pip", "install", "-q", "--upgrade", "pip"]]
     args = [arg for name in files for arg in ("-r", str(ROOT / name))]
-    # --no-compile: pip would write every module's .pyc at install, CPU that
-    # CI pays again in each fresh env (transformers, peft and accelerate:
-    # 16 s installed so, 2.8 s without); Python compiles and caches the few
-    # modules a run imports, on first import.
-    return py, stamp, create, [[py, "-m", "pip", "install", "-q", "--no-compile", *args]]
+    # pip writes every module's .pyc at install (transformers, peft and
+    # accelerate: 16 s so, 2.8 s with --no-compile). Kept: these machines set
+    # PYTHONDONTWRITEBYTECODE=1, so without them every process would compile
+    # what it imports again (tried: the test steps ran 1-3 minutes longer).
+    return py, stamp, create, [[py, "-m", "pip", "install", "-q", *args]]
 
 
 # env_dir -> (the background process preparing it, its log)
