@@ -127,7 +127,10 @@ class Softmax : public ::testing::Test {};
 using Types = ::testing::Types<float, double, Half, BFloat16>;
 TYPED_TEST_SUITE(Softmax, Types);
 
-const Shape kShapes[] = {{5, 33}, {3, 4097}, {7, 2}, {8, 300}, {70, 16}, {9, 15}, {2, 1024}, {4, 1}};
+// 4097 and 8193: past the rows whose softmax terms are kept on the stack
+// (SoftmaxBody::kKeptRow: 4096 doubles, 8192 floats), which compute them again.
+const Shape kShapes[] = {{5, 33}, {3, 4097}, {7, 2}, {8, 300}, {70, 16},
+                         {9, 15}, {2, 1024}, {4, 1}, {2, 8193}};
 
 // Spread 1 (every term counts), 8 (a few dominate) and 40 (most underflow).
 TYPED_TEST(Softmax, ForwardAndBackwardMatchLongDouble) {
@@ -246,6 +249,38 @@ void expect_scalar_bits(const char* name) {
     EXPECT_EQ(as_bits(y), as_bits(y_s)) << name << " d " << d;
     EXPECT_EQ(as_bits(st), as_bits(st_s)) << name << " d " << d;
     EXPECT_EQ(as_bits(dx), as_bits(dx_s)) << name << " d " << d;
+  }
+}
+
+// The vector exp (AVX-512: its last step one VSCALEFPS) gives ExpOne's bits
+// for every 256th float in [-110, 0], subnormal results included: rows of a
+// 0 (their max) and 63 of them, so e_j = exp(x_j) and softmax's y_j = e_j / s
+// (s = 1 exactly where the rest are below 2^-30), through every block and tail
+// of the level this run dispatches (TIERKIT_SIMD picks it: CMakeLists.txt).
+TEST(SoftmaxExp, EveryLevelGivesTheScalarExpsBits) {
+  constexpr std::int64_t d = 64;
+  std::vector<float> x;
+  for (std::uint32_t u = 0x80000000u; u <= 0xc2dc0000u; u += 256) {
+    if (x.size() % d == 0) x.push_back(0.0f);
+    x.push_back(from_bits<float>(u));
+  }
+  while (x.size() % d) x.push_back(-kInf);
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
+  std::vector<float> y, dx, st, y_s(x.size()), dx_s(x.size()), st_s(2 * rows);
+  const std::vector<float> dy(x.size(), 0.5f);
+  for (const bool log : {false, true}) {
+    run_kind(log, x, dy, rows, d, y, st, dx);
+    if (log) {
+      k::LogSoftmax::Rows<float>::forward(x.data(), {}, 0.f, d, 0, rows, y_s.data(), st_s.data());
+      k::LogSoftmax::Rows<float>::backward(dy.data(), x.data(), {}, st_s.data(), d, 0, rows, dx_s.data(),
+                                           nullptr, nullptr);
+    } else {
+      k::Softmax::Rows<float>::forward(x.data(), {}, 0.f, d, 0, rows, y_s.data(), st_s.data());
+      k::Softmax::Rows<float>::backward(dy.data(), x.data(), {}, st_s.data(), d, 0, rows, dx_s.data(),
+                                        nullptr, nullptr);
+    }
+    EXPECT_EQ(as_bits(y), as_bits(y_s)) << (log ? "log_softmax" : "softmax");
+    EXPECT_EQ(as_bits(dx), as_bits(dx_s)) << (log ? "log_softmax" : "softmax");
   }
 }
 
