@@ -202,8 +202,33 @@ def test_compiled_choice_gives_a_kind_to_inductor_and_keeps_eager(given, monkeyp
     assert any(op_of[given] in n for n in mode.names), sorted(mode.names)
     assert tierkit_torch.models.compiled_choice(given) == "inductor"
     monkeypatch.setattr(tierkit_torch.models, "COMPILED", {given: "xla"})
-    with pytest.raises(ValueError, match=r'COMPILED\[.*\]: expected "tierkit" or "inductor", got .xla.'):
+    with pytest.raises(ValueError, match=r'COMPILED\[.*\]: expected "tierkit" or "inductor".*, got .xla.'):
         tierkit_torch.models.compiled_choice(given)
+
+
+def test_compiled_choice_by_rows_gives_small_calls_to_inductor(monkeypatch):
+    """A number N in COMPILED (the MLP's default: 64): inside torch.compile a
+    call of at most N rows (tokens) runs the module's stock forward, a larger
+    one tierkit's op, with no graph break either way and stock's values; a
+    count for rotary (a forward of several tensors), 0 or a bool is refused."""
+    monkeypatch.setattr(tierkit_torch.models, "COMPILED", {"mlp": 18})
+    stock, model = pair("llama")
+    patched(model)
+    for batch, seq, tierkits in ((2, 9, False), (1, 18, False), (2, 10, True), (1, 19, True)):
+        x = ids(batch, seq)
+        out, seen = _graph_ops(model, x)
+        assert any("tierkit.silu_mul" in t for t in seen) == tierkits, (batch, seq, seen)
+        with torch.no_grad():
+            torch.testing.assert_close(out, stock(x).logits, rtol=1e-5, atol=1e-5)
+    assert tierkit_torch.models.compiled_choice("mlp") == 18
+    for kind, bad, words in (
+        ("rotary", 4, r'expected "tierkit" or "inductor", got 4'),
+        ("mlp", 0, r'expected "tierkit" or "inductor" or a row count above 0, got 0'),
+        ("norm", True, r'expected "tierkit" or "inductor" or a row count above 0, got True'),
+    ):
+        monkeypatch.setattr(tierkit_torch.models, "COMPILED", {kind: bad})
+        with pytest.raises(ValueError, match=rf"COMPILED\[{kind!r}\]: {words}"):
+            tierkit_torch.models.compiled_choice(kind)
 
 
 def test_patched_forwards_are_shared_and_close_over_nothing():

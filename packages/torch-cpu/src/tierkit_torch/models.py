@@ -518,21 +518,31 @@ def _rotary_probe(module: Any) -> str | None:
 # inside a torch.compile'd model. "tierkit": the patched forward (tierkit's op,
 # opaque to Inductor); "inductor": the module's stock forward, which Inductor
 # traces and fuses with the code around it (the op's decomposition while
-# compiling: the formula the probe checked the op against). Eager calls always
-# take tierkit's op. Chosen from the measurements in docs/models.md ("Under
+# compiling: the formula the probe checked the op against); a number N (the
+# kinds whose forward takes one tensor): Inductor for a call of at most N rows
+# (tokens: the input's elements over its last dim), tierkit's op above, decided
+# while dynamo traces, where the shape is known. Eager calls always take
+# tierkit's op. Chosen from the measurements in docs/models.md ("Under
 # torch.compile"); read when a module is patched (or unpickled); a kind not
 # here is "tierkit".
-COMPILED: dict[str, str] = {"norm": "inductor", "rotary": "inductor"}
+COMPILED: dict[str, str | int] = {"norm": "inductor", "rotary": "inductor", "mlp": 64}
+
+# The kinds whose patched forward takes one tensor, so a row count can choose.
+_ONE_TENSOR = ("norm", "layer_norm", "mlp")
 
 
-def compiled_choice(kind: str) -> str:
-    """Who computes a patched `kind` inside a torch.compile'd model: "tierkit" or "inductor" (COMPILED)."""
+def compiled_choice(kind: str) -> str | int:
+    """Who computes a patched `kind` inside a torch.compile'd model (COMPILED):
+    "tierkit", "inductor", or the most rows a call may have for Inductor to take it."""
     choice = COMPILED.get(kind, "tierkit")
-    if choice not in ("tierkit", "inductor"):
-        raise ValueError(
-            f'tierkit_torch.models.COMPILED[{kind!r}]: expected "tierkit" or "inductor", got {choice!r}'
-        )
-    return choice
+    if choice in ("tierkit", "inductor"):
+        return choice
+    if type(choice) is int and choice > 0 and kind in _ONE_TENSOR:
+        return choice
+    rows = " or a row count above 0" if kind in _ONE_TENSOR else ""
+    raise ValueError(
+        f'tierkit_torch.models.COMPILED[{kind!r}]: expected "tierkit" or "inductor"{rows}, got {choice!r}'
+    )
 
 
 # The norms' and MLPs' forwards take one tensor; an attention's, whatever its class's
@@ -550,18 +560,30 @@ def forward(self, *args, **kwargs):
         return STOCK(self, *args, **kwargs)
     return TIERKIT(self, *args, **kwargs)
 """,
+    # ROWS, a literal: x's size is a constant while dynamo traces a static shape (a guard on a
+    # dynamic one), so the branch leaves no trace in the graph.
+    "rows": """\
+def forward(self, x):
+    if torch.compiler.is_compiling() and x.numel() <= ROWS * x.shape[-1]:
+        return STOCK(self, x)
+    return TIERKIT(self, x)
+""",
 }
 
 
 def _compiled_as_chosen(kind: str, func: Callable[..., Any], stock: Callable[..., Any]) -> Callable[..., Any]:
     """`func`, or, where COMPILED gives `kind` to Inductor, a forward that runs
-    the module's stock forward while dynamo traces it
-    (torch.compiler.is_compiling() is a constant there: no graph break) and
-    `func` otherwise."""
-    if compiled_choice(kind) == "tierkit":
+    the module's stock forward while dynamo traces it (for calls of at most
+    COMPILED's rows, where it gives a number; torch.compiler.is_compiling() is
+    a constant there: no graph break) and `func` otherwise."""
+    choice = compiled_choice(kind)
+    if choice == "tierkit":
         return func
-    key = ("compiled", kind, func, stock)
-    source = _COMPILED_SOURCE["any" if kind == "rotary" else "one"]
+    key = ("compiled", kind, func, stock, choice)
+    if choice == "inductor":
+        source = _COMPILED_SOURCE["any" if kind == "rotary" else "one"]
+    else:
+        source = _COMPILED_SOURCE["rows"].replace("ROWS", str(int(choice)))
     forward = _shared(key, source, {"torch": torch, "STOCK": stock, "TIERKIT": func})
     forward.__wrapped__ = func  # what runs eagerly (_rotary_site looks through it)
     return forward
