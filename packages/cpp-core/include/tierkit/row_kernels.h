@@ -187,7 +187,7 @@ __attribute__((always_inline)) inline C lane_sum(std::int64_t d, const Block& bl
 #define TIERKIT_ROW_LAMBDA __attribute__((always_inline))
 #define TIERKIT_ROW_INLINE __attribute__((always_inline)) inline
 // lane_sum of term(j), each j once (a term may also store element j of a row
-// of its own: softmax keeps its exps).
+// of its own: a kind that keeps its terms for the pass after).
 template <typename C, typename Term>
 __attribute__((always_inline)) inline C lane_sum_of(std::int64_t d, const Term& term) {
   return lane_sum<C>(
