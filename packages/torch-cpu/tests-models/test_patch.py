@@ -153,7 +153,7 @@ def test_compile_fullgraph_and_export_dynamic_batch(family, way):
         torch.testing.assert_close(ep.module()(x3), model(x3, use_cache=False).logits, rtol=1e-5, atol=1e-5)
 
 
-def _graph_ops(model, x):
+def _graph_ops(model, x, dynamic=None):
     """The call_function targets of the one graph torch.compile(fullgraph=True) traces of `model`."""
     seen = []
 
@@ -163,7 +163,7 @@ def _graph_ops(model, x):
 
     torch._dynamo.reset()
     with torch.no_grad():
-        out = torch.compile(model, backend=backend, fullgraph=True)(x).logits
+        out = torch.compile(model, backend=backend, fullgraph=True, dynamic=dynamic)(x).logits
     torch._dynamo.reset()
     return out, seen
 
@@ -209,8 +209,9 @@ def test_compiled_choice_gives_a_kind_to_inductor_and_keeps_eager(given, monkeyp
 def test_compiled_choice_by_rows_gives_small_calls_to_inductor(monkeypatch):
     """A number N in COMPILED (the MLP's default: 64): inside torch.compile a
     call of at most N rows (tokens) runs the module's stock forward, a larger
-    one tierkit's op, with no graph break either way and stock's values; a
-    count for rotary (a forward of several tensors), 0 or a bool is refused."""
+    one or a dynamic size tierkit's op (no guard on the dim), with no graph
+    break and stock's values; a count for rotary (a forward of several
+    tensors), 0 or a bool is refused."""
     monkeypatch.setattr(tierkit_torch.models, "COMPILED", {"mlp": 18})
     stock, model = pair("llama")
     patched(model)
@@ -220,6 +221,8 @@ def test_compiled_choice_by_rows_gives_small_calls_to_inductor(monkeypatch):
         assert any("tierkit.silu_mul" in t for t in seen) == tierkits, (batch, seq, seen)
         with torch.no_grad():
             torch.testing.assert_close(out, stock(x).logits, rtol=1e-5, atol=1e-5)
+    _, seen = _graph_ops(model, ids(2, 9), dynamic=True)
+    assert any("tierkit.silu_mul" in t for t in seen), seen
     assert tierkit_torch.models.compiled_choice("mlp") == 18
     for kind, bad, words in (
         ("rotary", 4, r'expected "tierkit" or "inductor", got 4'),

@@ -520,8 +520,8 @@ def _rotary_probe(module: Any) -> str | None:
 # traces and fuses with the code around it (the op's decomposition while
 # compiling: the formula the probe checked the op against); a number N (the
 # kinds whose forward takes one tensor): Inductor for a call of at most N rows
-# (tokens: the input's elements over its last dim), tierkit's op above, decided
-# while dynamo traces, where the shape is known. Eager calls always take
+# (tokens: the input's elements over its last dim), tierkit's op above or where
+# the size is dynamic, decided while dynamo traces. Eager calls always take
 # tierkit's op. Chosen from the measurements in docs/models.md ("Under
 # torch.compile"); read when a module is patched (or unpickled); a kind not
 # here is "tierkit".
@@ -560,11 +560,13 @@ def forward(self, *args, **kwargs):
         return STOCK(self, *args, **kwargs)
     return TIERKIT(self, *args, **kwargs)
 """,
-    # ROWS, a literal: x's size is a constant while dynamo traces a static shape (a guard on a
-    # dynamic one), so the branch leaves no trace in the graph.
+    # ROWS, a literal. KNOWN is statically_known_true: for a static shape the comparison of
+    # ints, which leaves no trace in the graph; for a dynamic one true only where no value of
+    # the dim could make it false, so it takes tierkit's op and puts no guard on the dim (a
+    # plain comparison narrowed its range: torch.export with a dynamic batch refused it).
     "rows": """\
 def forward(self, x):
-    if torch.compiler.is_compiling() and x.numel() <= ROWS * x.shape[-1]:
+    if torch.compiler.is_compiling() and KNOWN(x.numel() <= ROWS * x.shape[-1]):
         return STOCK(self, x)
     return TIERKIT(self, x)
 """,
@@ -584,7 +586,10 @@ def _compiled_as_chosen(kind: str, func: Callable[..., Any], stock: Callable[...
         source = _COMPILED_SOURCE["any" if kind == "rotary" else "one"]
     else:
         source = _COMPILED_SOURCE["rows"].replace("ROWS", str(int(choice)))
-    forward = _shared(key, source, {"torch": torch, "STOCK": stock, "TIERKIT": func})
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    scope = {"torch": torch, "STOCK": stock, "TIERKIT": func, "KNOWN": statically_known_true}
+    forward = _shared(key, source, scope)
     forward.__wrapped__ = func  # what runs eagerly (_rotary_site looks through it)
     return forward
 
