@@ -306,6 +306,15 @@ inline std::int64_t line_head(const T* p, std::int64_t d, bool stream) {
   const auto off = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 64);
   return stream && off ? std::min<std::int64_t>(d, (64 - off) / static_cast<std::int64_t>(sizeof(T))) : 0;
 }
+// A row of N elements of T on the stack, as raw storage: T's default
+// constructor would zero all N on every row (a rotary row of 128 ran 4.7x
+// slower through a zeroed stream row).
+template <typename T, std::int64_t N>
+struct StackRow {
+  alignas(64) unsigned char bytes[N * sizeof(T)];
+  T* const p = reinterpret_cast<T*>(bytes);
+};
+
 // The vector rows: GCC only. Clang (core's fuzzers) rejects these generic
 // vectors across functions of another target and the written-out streaming
 // stores; there every type runs Rows<T>, which gives the same bits.
@@ -475,13 +484,9 @@ TIERKIT_ROW_INLINE float bf16_row_floor(const BFloat16* x, std::int64_t d) {
 // output is computed into a stack row of this many elements, then leaves a
 // line at a time (stream_row).
 inline constexpr std::int64_t kStreamRow16 = 8192;
-// That stack row, as raw storage: T's default constructor would zero all
-// kStreamRow16 elements on every row (a rotary row of 128 ran 4.7x slower).
+// That stack row.
 template <typename T>
-struct StreamRow {
-  alignas(64) unsigned char bytes[kStreamRow16 * sizeof(T)];
-  T* const p = reinterpret_cast<T*>(bytes);
-};
+using StreamRow = StackRow<T, kStreamRow16>;
 // d elements of `row` (64-byte aligned) to `out` (aligned to T) with
 // non-temporal stores of W's width: whole lines, where a 16-bit block's own
 // store is half a line or a quarter. Where `out` does not start a line (an

@@ -205,10 +205,7 @@ struct SoftmaxBody {
   // floats, 4096 doubles); wider rows compute them again.
   static constexpr std::int64_t kKeptRow = 32768 / static_cast<std::int64_t>(sizeof(C));
   template <bool kKeep>
-  struct KeptRow {
-    alignas(64) unsigned char bytes[kKeep ? kKeptRow * sizeof(C) : 1];  // raw: no zeroing per call
-    C* const p = reinterpret_cast<C*>(bytes);
-  };
+  using KeptRow = StackRow<C, kKeep ? kKeptRow : 1>;
 };
 
 #ifdef TIERKIT_ROW_VEC
