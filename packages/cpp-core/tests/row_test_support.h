@@ -8,14 +8,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <type_traits>
 #include <vector>
 
 #include "tierkit/dtype.h"
-#include "tierkit/kernels.h"  // PoolRunner
+#include "tierkit/kernels.h"      // PoolRunner
+#include "tierkit/row_kernels.h"  // RowParams
 
 namespace row_test_support {
 
@@ -73,6 +76,44 @@ std::vector<std::uint64_t> as_bits(const V& v) {
   for (const auto& e : v) b.push_back(bits_of(e));
   return b;
 }
+
+// Parameters widened to the compute type, as the entry points hand them to
+// the row bodies (row_kernels.h's RowParams): the scalar bodies, called
+// directly, take them so.
+template <typename T>
+struct Widened {
+  std::vector<C<T>> w, b;
+  tierkit::kernels::RowParams<C<T>> p;
+  Widened(tierkit::kernels::RowParams<T> in, std::int64_t d) {
+    const auto widen = [d](const T* from, std::vector<C<T>>& into) -> const C<T>* {
+      if (!from) return nullptr;
+      into.resize(static_cast<std::size_t>(d));
+      for (std::int64_t j = 0; j < d; ++j)
+        into[static_cast<std::size_t>(j)] = tierkit::load_compute(from + j);
+      return into.data();
+    };
+    p = {widen(in.w, w), widen(in.b, b)};
+  }
+};
+
+// A copy of v starting `off` bytes past a 64-byte line (0: on it; 16: where
+// numpy's own allocations start): the row kinds' streamed-output tests.
+template <typename T>
+struct Aligned64 {
+  std::vector<T> storage;
+  T* p;
+  explicit Aligned64(const std::vector<T>& v, std::size_t off = 0) : storage(v.size() + 128 / sizeof(T)) {
+    void* raw = storage.data();
+    std::size_t space = storage.size() * sizeof(T);
+    p = static_cast<T*>(std::align(64, (v.size() + 64 / sizeof(T)) * sizeof(T), raw, space));
+    // (Never null: storage has two lines to spare. Said, so GCC's overflow
+    // analysis does not follow a null p into the copy.)
+    if (p == nullptr) std::abort();
+    p += off / sizeof(T);
+    std::copy(v.begin(), v.end(), p);
+  }
+  std::vector<T> vec(std::size_t n) const { return std::vector<T>(p, p + n); }
+};
 
 // Runs fn over chunks of `chunk` items, last chunk first: a Runner whose
 // split and order differ from the pool's.

@@ -9,9 +9,12 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -330,6 +333,59 @@ std::vector<std::vector<std::uint64_t>> all_outputs(std::int64_t rows, std::int6
 TYPED_TEST(RmsNorm, BitIdenticalForAnyRunner) {
   using T = TypeParam;
   expect_same_bits_for_any_runner([](auto... args) { return all_outputs<T>(args...); });
+}
+
+// Outputs on whole 64-byte lines, as the vector rows stream them where
+// TIERKIT_STREAMING_STORES=on (the RowKinds.streaming_stores CTest entries),
+// and 16 bytes off their line: forward, the residual form (h on its line and
+// off it) and backward give the scalar rows' bits, every dtype.
+TYPED_TEST(RmsNorm, StreamedRowsGiveTheScalarRowsBits) {
+  using T = TypeParam;
+  for (const auto& [s, off] :
+       {std::pair{Shape{6, 64}, 0}, std::pair{Shape{5, 256}, 0}, std::pair{Shape{3, 4096}, 0},
+        std::pair{Shape{6, 64}, 16}, std::pair{Shape{3, 4096}, 16}}) {
+    SCOPED_TRACE(testing::Message() << "outputs " << off << " bytes past a line");
+    const std::int64_t rows = s.rows, d = s.d;
+    const std::size_t n = static_cast<std::size_t>(rows * d);
+    const auto x = random_vec<T>(n, 31 + d, 1.f, 2.f), r = random_vec<T>(n, 32 + d),
+               g = random_vec<T>(n, 33 + d);
+    const auto w = random_vec<T>(d, 34, 0.5f, 1.f);
+    const std::vector<T> zeros(n);
+    Aligned64<T> y(zeros, off), h(zeros, off), dx(zeros, off);
+#ifdef TIERKIT_SIMD_DISPATCH
+    const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
+    if (mode && std::string(mode) == "on" && !std::is_same_v<T, double> &&
+        k::detail::simd_level() != k::detail::SimdLevel::Baseline && k::detail::cpu_has_16bit_simd()) {
+      EXPECT_TRUE(k::detail::row_streams(y.p, rows, d, 2)) << "d " << d;
+    }
+#endif
+    std::vector<T> y_s(n), h_s(n), dx_s(n);
+    std::vector<C<T>> st(rows), st_s(rows), dw(d), dw_s(d, 0);
+    const k::RowParams<T> p{w.data(), nullptr};
+    const Widened<T> pc(p, d);
+    k::row_forward<k::RmsNorm>(x.data(), p, 1e-5, rows, d, y.p, st.data(), k::PoolRunner{1});
+    k::RmsNorm::Rows<T>::forward(x.data(), pc.p, 1e-5, d, 0, rows, y_s.data(), st_s.data());
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "rms_norm d " << d;
+    k::row_add_forward<k::RmsNorm>(x.data(), r.data(), p, 1e-5, rows, d, y.p, h.p, st.data(),
+                                   k::PoolRunner{1});
+    k::RmsNorm::Rows<T>::add_forward(x.data(), r.data(), pc.p, 1e-5, d, 0, rows, y_s.data(), h_s.data(),
+                                     st_s.data());
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_rms_norm d " << d;
+    EXPECT_EQ(as_bits(h.vec(n)), as_bits(h_s)) << "add_rms_norm h, d " << d;
+    // h off its line (the in-place form's residual may be any view): y still streams, h is stored plainly.
+    std::vector<T> h_off(n + 1);
+    k::row_add_forward<k::RmsNorm>(x.data(), r.data(), p, 1e-5, rows, d, y.p, h_off.data() + 1, st.data(),
+                                   k::PoolRunner{1});
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << "add_rms_norm, h off its line, d " << d;
+    EXPECT_EQ(as_bits(std::vector<T>(h_off.begin() + 1, h_off.end())), as_bits(h_s))
+        << "add_rms_norm h off its line, d " << d;
+    k::row_backward<k::RmsNorm>(g.data(), x.data(), p, st.data(), rows, d, dx.p, dw.data(),
+                                static_cast<C<T>*>(nullptr), k::PoolRunner{1});
+    k::RmsNorm::Rows<T>::backward(g.data(), x.data(), pc.p, st_s.data(), d, 0, rows, dx_s.data(), dw_s.data(),
+                                  nullptr);
+    EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << "rms_norm dx, d " << d;
+    EXPECT_EQ(as_bits(dw), as_bits(dw_s)) << "rms_norm dw, d " << d;
+  }
 }
 
 TYPED_TEST(RmsNorm, AddRmsNorm) {
