@@ -145,18 +145,20 @@ struct RmsNormBody {
       T* dxr = dx + r * d;
       // The next row's dy (each's ahead) and x, asked for during this last pass.
       const T* next_x = r + 1 < hi ? xr + d : nullptr;
-      R::each(
-          d,
-          [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-            if (next_x) R::prefetch(next_x + j, d);
-            const auto g0 = L.ld(gr + j), xh = L.ld(xr + j) * L.splat(rs);
-            if (dwp) L.add(dwp + j, g0 * xh);
-            L.st(
-                dxr + j,
-                w ? (g0 * L.ld(w + j) - xh * L.splat(c)) * L.splat(rs) : (g0 - xh * L.splat(c)) * L.splat(rs),
-                stream);
-          },
-          r + 1 < hi ? gr + d : nullptr);
+      R::out_row(dxr, d, stream, [&](T* out, bool st, std::int64_t head) TIERKIT_ROW_LAMBDA {
+        R::each(
+            d,
+            [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+              if (next_x) R::prefetch(next_x + j, d);
+              const auto g0 = L.ld(gr + j), xh = L.ld(xr + j) * L.splat(rs);
+              if (dwp) L.add(dwp + j, g0 * xh);
+              L.st(out + j,
+                   w ? (g0 * L.ld(w + j) - xh * L.splat(c)) * L.splat(rs)
+                     : (g0 - xh * L.splat(c)) * L.splat(rs),
+                   st);
+            },
+            r + 1 < hi ? gr + d : nullptr, head);
+      });
     }
   }
 };
@@ -326,17 +328,19 @@ struct LayerNormBody {
       // RMSNorm's are: a pass of their own over dy and x was a third pass a
       // row. The next row's dy (each's ahead) and x, asked for here.
       const T* next_x = r + 1 < hi ? xr + d : nullptr;
-      R::each(
-          d,
-          [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
-            if (next_x) R::prefetch(next_x + j, d);
-            const auto g0 = L.ld(gr + j), xh = xh_of(L, j);
-            if (dwp) L.add(dwp + j, g0 * xh);
-            if (dbp) L.add(dbp + j, g0);
-            const auto g = w ? g0 * L.ld(w + j) : g0;
-            L.st(dxr + j, ((g - L.splat(a)) - xh * L.splat(c)) * L.splat(rs), stream);
-          },
-          r + 1 < hi ? gr + d : nullptr);
+      R::out_row(dxr, d, stream, [&](T* out, bool st, std::int64_t head) TIERKIT_ROW_LAMBDA {
+        R::each(
+            d,
+            [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
+              if (next_x) R::prefetch(next_x + j, d);
+              const auto g0 = L.ld(gr + j), xh = xh_of(L, j);
+              if (dwp) L.add(dwp + j, g0 * xh);
+              if (dbp) L.add(dbp + j, g0);
+              const auto g = w ? g0 * L.ld(w + j) : g0;
+              L.st(out + j, ((g - L.splat(a)) - xh * L.splat(c)) * L.splat(rs), st);
+            },
+            r + 1 < hi ? gr + d : nullptr, head);
+      });
     }
   }
 };
