@@ -789,10 +789,11 @@ inline std::int64_t row_grain(std::int64_t d) {
 // its own half line. So 16-bit rows (d <= kStreamRow16) are computed into a
 // stack row and leave a whole line at a time (stream_row): the forward
 // outputs (the row kinds' scale, the row maps) and the norms' dx (out_row);
-// softmax's 16-bit dx stores plainly. (The norms' bfloat16 backward, 2^24
-// elements, two Zen 4 cores, dx stored plainly against streamed from a stack
-// row, both builds in one process, 41 alternating pairs: 1.12x (rms_norm)
-// and 1.15x (LayerNorm) as fast at d = 4096, 1.14x and 1.11x at 1024.)
+// a kind whose backward stores its blocks straight into dx stores a 16-bit
+// dx plainly. (The norms' bfloat16 backward, 2^24 elements, two Zen 4
+// cores, dx stored plainly against streamed from a stack row, both builds in
+// one process, 41 alternating pairs: 1.12x (rms_norm) and 1.15x (LayerNorm)
+// as fast at d = 4096, 1.14x and 1.11x at 1024.)
 //
 // `out` need not start a line (numpy allocates large arrays 16 bytes into
 // one): a forward row off its line stores its elements up to its first
@@ -952,7 +953,7 @@ void row_backward(const T* dy, const T* x, RowParams<P> p_in, const compute_t<T>
       p_in, d,
       {{dx, dx ? detail::span_bytes<T>(rows, d) : 0}, {dw, dw ? grad_bytes : 0}, {db, db ? grad_bytes : 0}});
   const RowParams<C> p = params.get();
-  // Softmax's dx blocks are stored straight into it (the norms' leave through
+  // A kind may store dx's blocks straight into it (the norms' leave through
   // out_row): streamed only from whole lines.
   const bool stream = detail::row_streams(dx, rows, d, 3) && detail::line_aligned(dx);
   if (!dw && !db) {
