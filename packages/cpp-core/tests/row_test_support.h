@@ -13,7 +13,9 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tierkit/dtype.h"
@@ -128,6 +130,29 @@ struct ReverseChunkRunner {
 struct Shape {
   std::int64_t rows, d;
 };
+
+// The streamed-rows tests' shapes, each with its outputs' offset from a
+// 64-byte line: whole lines (0), and 16 bytes off (an out= array numpy
+// allocated: whole lines streamed, the head and tail stored plainly).
+inline const std::pair<Shape, std::size_t> kStreamedShapes[] = {
+    {Shape{6, 64}, 0}, {Shape{5, 256}, 0}, {Shape{3, 4096}, 0}, {Shape{6, 64}, 16}, {Shape{3, 4096}, 16}};
+
+// Under TIERKIT_STREAMING_STORES=on at a vector level, rows like y's do
+// stream: so a streamed-rows test checks the streaming path, not the plain
+// one twice. (The SIMD levels, and so streaming rows, exist only where core
+// dispatches: x86-64.)
+template <typename T>
+void expect_rows_stream_where_asked([[maybe_unused]] const T* y, [[maybe_unused]] std::int64_t rows,
+                                    [[maybe_unused]] std::int64_t d) {
+#ifdef TIERKIT_SIMD_DISPATCH
+  namespace k = tierkit::kernels;
+  const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
+  if (mode && std::string(mode) == "on" && !std::is_same_v<T, double> &&
+      k::detail::simd_level() != k::detail::SimdLevel::Baseline && k::detail::cpu_has_16bit_simd()) {
+    EXPECT_TRUE(k::detail::row_streams(y, rows, d, 2)) << "d " << d;
+  }
+#endif
+}
 
 // outputs(rows, d, runner) (every output of a kernel, as one comparable value)
 // is the same on one thread, two, the pool's default and reversed chunks of 1

@@ -258,18 +258,15 @@ TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
 }
 
 // Outputs of whole 64-byte rows on 64-byte boundaries, as the vector rows
-// write float and 16-bit forward outputs (the latter through a stack row, a
-// line at a time) with non-temporal stores where TIERKIT_STREAMING_STORES=on (the
-// RowKinds.streaming_stores CTest entries; beyond the cache otherwise): the
-// bits of the scalar rows, every dtype and every form (RMSNorm's in
-// test_rms_norm.cpp). Also with every output 16 bytes off its line (an out=
-// array numpy allocated): whole lines streamed and the head and tail stored
-// plainly; dx stores plainly.
+// write float and 16-bit outputs, y and dx (the 16-bit ones through a stack
+// row, a line at a time) with non-temporal stores where
+// TIERKIT_STREAMING_STORES=on (the RowKinds.streaming_stores CTest entries;
+// beyond the cache otherwise): the bits of the scalar rows, every dtype and
+// every form (RMSNorm's in test_rms_norm.cpp), on a line and off it
+// (kStreamedShapes).
 TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
   using T = TypeParam;
-  for (const auto& [s, off] :
-       {std::pair{Shape{6, 64}, 0}, std::pair{Shape{5, 256}, 0}, std::pair{Shape{3, 4096}, 0},
-        std::pair{Shape{6, 64}, 16}, std::pair{Shape{3, 4096}, 16}}) {
+  for (const auto& [s, off] : kStreamedShapes) {
     SCOPED_TRACE(testing::Message() << "outputs " << off << " bytes past a line");
     const std::int64_t rows = s.rows, d = s.d;
     const std::size_t n = static_cast<std::size_t>(rows * d);
@@ -277,15 +274,7 @@ TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
     const auto w = shifted<T>(d, 34, 1.f, 0.5f), b = random_vec<T>(d, 35);
     const std::vector<T> zeros(n);
     Aligned64<T> y(zeros, off), h(zeros, off), dx(zeros, off);
-    // Under TIERKIT_STREAMING_STORES=on at a vector level these rows do stream.
-    // (The SIMD levels, and so streaming rows, exist only where core dispatches: x86-64.)
-#ifdef TIERKIT_SIMD_DISPATCH
-    const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
-    if (mode && std::string(mode) == "on" && !std::is_same_v<T, double> &&
-        k::detail::simd_level() != k::detail::SimdLevel::Baseline && k::detail::cpu_has_16bit_simd()) {
-      EXPECT_TRUE(k::detail::row_streams(y.p, rows, d, 2)) << "d " << d;
-    }
-#endif
+    expect_rows_stream_where_asked(y.p, rows, d);
     std::vector<T> y_s(n), h_s(n), dx_s(n);
     std::vector<C<T>> st(2 * rows), st_s(2 * rows), dw(d), dw_s(d, 0), db(d), db_s(d, 0);
     // LayerNorm: forward, the residual form, backward with every gradient.

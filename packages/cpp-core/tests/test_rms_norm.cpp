@@ -341,9 +341,7 @@ TYPED_TEST(RmsNorm, BitIdenticalForAnyRunner) {
 // off it) and backward give the scalar rows' bits, every dtype.
 TYPED_TEST(RmsNorm, StreamedRowsGiveTheScalarRowsBits) {
   using T = TypeParam;
-  for (const auto& [s, off] :
-       {std::pair{Shape{6, 64}, 0}, std::pair{Shape{5, 256}, 0}, std::pair{Shape{3, 4096}, 0},
-        std::pair{Shape{6, 64}, 16}, std::pair{Shape{3, 4096}, 16}}) {
+  for (const auto& [s, off] : kStreamedShapes) {
     SCOPED_TRACE(testing::Message() << "outputs " << off << " bytes past a line");
     const std::int64_t rows = s.rows, d = s.d;
     const std::size_t n = static_cast<std::size_t>(rows * d);
@@ -352,13 +350,7 @@ TYPED_TEST(RmsNorm, StreamedRowsGiveTheScalarRowsBits) {
     const auto w = random_vec<T>(d, 34, 0.5f, 1.f);
     const std::vector<T> zeros(n);
     Aligned64<T> y(zeros, off), h(zeros, off), dx(zeros, off);
-#ifdef TIERKIT_SIMD_DISPATCH
-    const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
-    if (mode && std::string(mode) == "on" && !std::is_same_v<T, double> &&
-        k::detail::simd_level() != k::detail::SimdLevel::Baseline && k::detail::cpu_has_16bit_simd()) {
-      EXPECT_TRUE(k::detail::row_streams(y.p, rows, d, 2)) << "d " << d;
-    }
-#endif
+    expect_rows_stream_where_asked(y.p, rows, d);
     std::vector<T> y_s(n), h_s(n), dx_s(n);
     std::vector<C<T>> st(rows), st_s(rows), dw(d), dw_s(d, 0);
     const k::RowParams<T> p{w.data(), nullptr};

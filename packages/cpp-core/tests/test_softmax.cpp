@@ -289,42 +289,31 @@ TYPED_TEST(Softmax, EverySimdCopyGivesTheScalarRowsBits) {
   expect_scalar_bits<k::LogSoftmax, TypeParam>("log_softmax");
 }
 
-// Outputs of whole 64-byte rows on 64-byte boundaries: float rows stream
-// their stores where TIERKIT_STREAMING_STORES=on (the RowKinds.streaming_stores
-// CTest entries), with the scalar rows' bits.
+// Outputs of whole 64-byte rows on 64-byte boundaries, and 16 bytes off
+// them (kStreamedShapes): float rows stream their stores where
+// TIERKIT_STREAMING_STORES=on (the RowKinds.streaming_stores CTest entries;
+// 16-bit rows store plainly, row_kernels.h's row_streams says why), with the
+// scalar rows' bits.
 template <typename K, typename T>
 void expect_streamed_scalar_bits(const char* name) {
-  // Outputs also 16 bytes off their lines (numpy's own allocations): the
-  // blocks are then stored plainly, with the same bits.
-  for (const auto& [s, off] : {std::pair{Shape{6, 64}, 0}, std::pair{Shape{5, 256}, 0},
-                               std::pair{Shape{3, 4096}, 0}, std::pair{Shape{3, 4096}, 16}}) {
+  for (const auto& [s, off] : kStreamedShapes) {
     SCOPED_TRACE(testing::Message() << "outputs " << off << " bytes past a line");
     const std::int64_t rows = s.rows, d = s.d;
-    const std::size_t n = static_cast<std::size_t>(rows * d), pad = 128 / sizeof(T);
+    const std::size_t n = static_cast<std::size_t>(rows * d);
     const auto x = random_vec<T>(n, 31 + d, 5.f), dy = random_vec<T>(n, 32 + d);
-    std::vector<T> y_buf(n + pad), dx_buf(n + pad), y_s(n), dx_s(n);
-    const auto aligned = [](std::vector<T>& v) {
-      const auto a = reinterpret_cast<std::uintptr_t>(v.data());
-      return reinterpret_cast<T*>((a + 63) / 64 * 64);
-    };
-    T* y = aligned(y_buf) + off / static_cast<int>(sizeof(T));
-    T* dx = aligned(dx_buf) + off / static_cast<int>(sizeof(T));
+    const std::vector<T> zeros(n);
+    Aligned64<T> y(zeros, off), dx(zeros, off);
+    std::vector<T> y_s(n), dx_s(n);
     std::vector<C<T>> st(2 * rows), st_s(2 * rows);
-#ifdef TIERKIT_SIMD_DISPATCH
-    const char* mode = std::getenv("TIERKIT_STREAMING_STORES");
-    if (mode && std::string(mode) == "on" && std::is_same_v<T, float> &&
-        k::detail::simd_level() != k::detail::SimdLevel::Baseline && k::detail::cpu_has_16bit_simd()) {
-      EXPECT_TRUE(k::detail::row_streams(y, rows, d, 2)) << "d " << d;
-    }
-#endif
-    k::row_forward<K>(x.data(), k::RowParams<T>{}, 0.0, rows, d, y, st.data(), k::PoolRunner{1});
-    k::row_backward<K>(dy.data(), x.data(), k::RowParams<T>{}, st.data(), rows, d, dx, nullptr, nullptr,
+    expect_rows_stream_where_asked(y.p, rows, d);
+    k::row_forward<K>(x.data(), k::RowParams<T>{}, 0.0, rows, d, y.p, st.data(), k::PoolRunner{1});
+    k::row_backward<K>(dy.data(), x.data(), k::RowParams<T>{}, st.data(), rows, d, dx.p, nullptr, nullptr,
                        k::PoolRunner{1});
     using Scalar = typename K::template Rows<T>;
     Scalar::forward(x.data(), {}, C<T>(0), d, 0, rows, y_s.data(), st_s.data());
     Scalar::backward(dy.data(), x.data(), {}, st_s.data(), d, 0, rows, dx_s.data(), nullptr, nullptr);
-    EXPECT_EQ(as_bits(std::vector<T>(y, y + n)), as_bits(y_s)) << name << " d " << d;
-    EXPECT_EQ(as_bits(std::vector<T>(dx, dx + n)), as_bits(dx_s)) << name << " dx, d " << d;
+    EXPECT_EQ(as_bits(y.vec(n)), as_bits(y_s)) << name << " d " << d;
+    EXPECT_EQ(as_bits(dx.vec(n)), as_bits(dx_s)) << name << " dx, d " << d;
   }
 }
 
