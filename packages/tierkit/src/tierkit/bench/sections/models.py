@@ -44,7 +44,7 @@ PROBE = textwrap.dedent("""
         big = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=8, num_attention_heads=32,
                    num_key_value_heads=8, vocab_size=32000, max_position_embeddings=2048, head_dim=64)
         FAMILIES.append(("llama-0.5b", "llama", big, 512, ("prefill", "decode")))
-    SHARE_REPS = 5
+    SHARE_REPS = 3  # the median of 3 calls (5 cost 4 more 0.5 B prefills a case, 16 s in float32)
 
     # Seconds inside each group of modules ({group: names}) and the call's own, the call with the
     # median time of SHARE_REPS: forward hooks, eager only, timed apart from the paired figures
@@ -102,11 +102,13 @@ PROBE = textwrap.dedent("""
                 fwd = {"eager": m}
                 if with_compile:
                     fwd["compiled"] = torch.compile(m)
+                # A KV cache of `tokens` tokens, shared by the model's eager and compiled decode (each
+                # call crops it back): one prefill less a model (4 s in float32 at 0.5 B, 2 cores).
+                cache = m(ids, use_cache=True).past_key_values
                 for how, f in fwd.items():
                     def prefill_call(f=f):
                         with torch.no_grad():
                             return f(ids, use_cache=False).logits
-                    cache = m(ids, use_cache=True).past_key_values  # a KV cache of `prefill` tokens
                     def decode_call(f=f, cache=cache):
                         with torch.no_grad():
                             out = f(tok, past_key_values=cache, use_cache=True).logits
@@ -127,8 +129,10 @@ PROBE = textwrap.dedent("""
                     case_start = time.perf_counter()  # the case's seconds: what measuring it again costs (settle.py)
                     pair = {n: impls[(cell, how, n)] for n in ("stock", "patched")}
                     compiled = {}
-                    for n, fn in pair.items():
-                        # compile (and recompile for the cache) before timing; count what dynamo did
+                    for n, fn in pair.items() if how == "compiled" else ():
+                        # compile (and recompile for the cache) before timing; count what dynamo did.
+                        # (Eager cells warm up in interleaved() alone: three calls more a model cost
+                        # 24 s of the 0.5 B float32 prefill's 126.)
                         counters.clear()
                         fn(); fn()
                         compiled[n] = {"graph_breaks": sum(counters["graph_break"].values()),
@@ -275,7 +279,7 @@ def _share_table(rows: list[dict]) -> list[str]:
             ],
         ),
         "",
-        "Eager, by forward hooks (median of 5 calls, timed apart from the paired figures): the norm modules and the "
+        "Eager, by forward hooks (median of 3 calls, timed apart from the paired figures): the norm modules and the "
         "MLPs' activation modules tierkit replaces; rotary runs inside attention and is not separated, and the "
         "MLP's product by up_proj is not a module. A patched model can be ahead of stock by at most about that "
         "share; where it is a few percent, level is what to expect.",
