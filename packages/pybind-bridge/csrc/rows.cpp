@@ -586,12 +586,13 @@ struct BridgeRows {
   }
 
   static std::string casting_doc() {
-    return "\n\n``offset`` is added to the weight and ``casting_mode`` says where results round, as the "
-           "torch "
-           "ops' (tierkit_torch.rms_norm): \"aten\" (the weight in the compute type, one rounding), "
-           "\"llama\" "
-           "(x-hat rounded to x's dtype, then times the weight in result_type(weight, x)) or \"gemma\" "
-           "(offset + weight in the compute type).";
+    return std::string(
+               "\n\n``offset`` is added to the weight and ``casting_mode`` says where results round, as "
+               "the torch op's (tierkit_torch.") +
+           Info::name +
+           "): \"aten\" (the weight in the compute type, one rounding), \"llama\" (x-hat rounded to x's "
+           "dtype, then times the weight in result_type(weight, x)) or \"gemma\" (offset + weight in the "
+           "compute type).";
   }
 
   static std::string axis_doc() {
