@@ -241,8 +241,10 @@ def markdown(results: dict) -> list[str]:
                     ],
                 ),
                 "",
-                "Counted by torch._dynamo's counters over each compiled model's two warm-up calls of the cell (the decode "
-                "cell's first call compiles for the KV cache), then over a third call (recompiles after warm-up).",
+                "Counted by torch._dynamo's counters over each compiled model's two warm-up calls of the cell, then over "
+                "a third call (recompiles after warm-up). A decode cell's compiled calls use the KV cache its eager cell "
+                "has already cropped back: one graph (a fresh cache compiled a second one on the call after its first "
+                "crop).",
             ]
             if counted
             else []
