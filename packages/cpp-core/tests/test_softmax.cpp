@@ -292,8 +292,8 @@ TYPED_TEST(Softmax, EverySimdCopyGivesTheScalarRowsBits) {
 // Outputs of whole 64-byte rows on 64-byte boundaries, and 16 bytes off
 // them (kStreamedShapes): float rows stream their stores where
 // TIERKIT_STREAMING_STORES=on (the RowKinds.streaming_stores CTest entries;
-// 16-bit rows store plainly, row_kernels.h's row_streams says why), with the
-// scalar rows' bits.
+// 16-bit rows store plainly: softmax_functors.h says why), with the scalar
+// rows' bits.
 template <typename K, typename T>
 void expect_streamed_scalar_bits(const char* name) {
   for (const auto& [s, off] : kStreamedShapes) {

@@ -130,7 +130,7 @@ PROBE = textwrap.dedent("""
                     pair = {n: impls[(cell, how, n)] for n in ("stock", "patched")}
                     compiled = {}
                     for n, fn in pair.items() if how == "compiled" else ():
-                        # compile (and recompile for the cache) before timing; count what dynamo did.
+                        # compile before timing; count what dynamo did (graphs, breaks, recompiles).
                         # (Eager cells warm up in interleaved() alone: three calls more a model cost
                         # 24 s of the 0.5 B float32 prefill's 126.)
                         counters.clear()
