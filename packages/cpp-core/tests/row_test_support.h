@@ -137,10 +137,11 @@ struct Shape {
 inline const std::pair<Shape, std::size_t> kStreamedShapes[] = {
     {Shape{6, 64}, 0}, {Shape{5, 256}, 0}, {Shape{3, 4096}, 0}, {Shape{6, 64}, 16}, {Shape{3, 4096}, 16}};
 
-// Under TIERKIT_STREAMING_STORES=on at a vector level, rows like y's do
-// stream: so a streamed-rows test checks the streaming path, not the plain
-// one twice. (The SIMD levels, and so streaming rows, exist only where core
-// dispatches: x86-64.)
+// Under TIERKIT_STREAMING_STORES=on at a vector level, the kernel is handed
+// the streaming flag for rows like y's: so a streamed-rows test runs the
+// streaming path, not the plain one twice (softmax's 16-bit rows then store
+// plainly from their first whole line). (The SIMD levels, and so streaming
+// rows, exist only where core dispatches: x86-64.)
 template <typename T>
 void expect_rows_stream_where_asked([[maybe_unused]] const T* y, [[maybe_unused]] std::int64_t rows,
                                     [[maybe_unused]] std::int64_t d) {

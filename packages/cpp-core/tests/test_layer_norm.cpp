@@ -263,7 +263,7 @@ TYPED_TEST(LayerNorm, EverySimdCopyGivesTheScalarRowsBits) {
 // TIERKIT_STREAMING_STORES=on (the RowKinds.streaming_stores CTest entries;
 // beyond the cache otherwise): the bits of the scalar rows, every dtype and
 // every form (RMSNorm's in test_rms_norm.cpp), on a line and off it
-// (kStreamedShapes).
+// (kStreamedShapes; dx off its line stores plainly).
 TYPED_TEST(LayerNorm, StreamedRowsGiveTheScalarRowsBits) {
   using T = TypeParam;
   for (const auto& [s, off] : kStreamedShapes) {
