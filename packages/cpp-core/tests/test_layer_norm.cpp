@@ -9,12 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
-#include <string>
 #include <type_traits>
 #include <vector>
 

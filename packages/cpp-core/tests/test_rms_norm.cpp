@@ -9,11 +9,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
-#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>

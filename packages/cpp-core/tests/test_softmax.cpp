@@ -7,10 +7,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <random>
-#include <string>
 #include <type_traits>
 #include <vector>
 
