@@ -345,6 +345,7 @@ inline bool build_statics_at_load() {
   (void)detail::cpu_has_16bit_simd();
   (void)detail::cpu_has_avx512bf16();
   (void)detail::cpu_has_avx512bf16_dq();
+  (void)hardware_threads();
   (void)streaming_threshold();
 #define TIERKIT_BUILD_TABLES(name, Functor, n_tensors, n_scalars) build_inner_tables<Functor##Op<float>>();
   TIERKIT_POINTWISE_OPS(TIERKIT_BUILD_TABLES)
@@ -353,6 +354,7 @@ inline bool build_statics_at_load() {
 }
 #else
 inline bool build_statics_at_load() {
+  (void)hardware_threads();
   (void)streaming_threshold();
   return true;
 }

@@ -810,7 +810,7 @@ bool row_streams(const T* out, std::int64_t rows, std::int64_t d, std::size_t op
     (void)out, (void)rows, (void)d, (void)operands;
     return false;
   } else {
-    const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+    const std::size_t threads = hardware_threads();
     return out && rows > 0 && d > 0 && (sizeof(T) == 4 || d <= kStreamRow16) &&
            reinterpret_cast<std::uintptr_t>(out) % sizeof(T) == 0 &&
            (static_cast<std::size_t>(d) * sizeof(T)) % 64 == 0 &&

@@ -87,6 +87,15 @@ inline long sysfs_llc_share() {
 }
 }  // namespace detail
 
+// The machine's hardware threads, asked once: glibc's
+// std::thread::hardware_concurrency() opens and reads
+// /sys/devices/system/cpu/online on every call, ~5 of the 7 us a one-row
+// float32 rms_norm took through torch (a decode step calls it per norm).
+inline unsigned hardware_threads() {
+  static const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  return threads;
+}
+
 inline std::size_t streaming_threshold() {
   static const std::size_t threshold = [] {
     if (const char* mode = std::getenv("TIERKIT_STREAMING_STORES")) {
@@ -103,7 +112,7 @@ inline std::size_t streaming_threshold() {
       if (llc <= 0) llc = 32L << 20;  // not known: a common server LLC
       // The hardware threads, not ThreadPool::default_threads(): its cgroup
       // reading would pull file streams into every library that includes this.
-      share = llc / static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
+      share = llc / static_cast<long>(hardware_threads());
     }
     return static_cast<std::size_t>(share) / 4 * 3;
   }();
