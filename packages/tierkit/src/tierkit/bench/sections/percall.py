@@ -31,6 +31,13 @@ BRIDGE_GOALS = {1e3: 0.8, 1e4: 1.0, 1e5: 1.0}
 DISPATCH_GOALS = {1e3: 0.91, 1e4: 0.91, 1e5: 0.91, 1e6: 0.91}
 TORCH_THROUGH_BRIDGE_GOAL = 3.0  # time ratio: bridge add(out=) on torch tensors vs torch.add(out=)
 STABLE_LADDER_GOAL = 2.0  # time ratio: the stable op's call vs tierkit's, with and without grad
+# Time ratios: every row reduction of the op table on one float32 row of
+# ROW_D (a decode step's norm, where the call is the cost) against the same
+# tier's pointwise add on that row, through torch (custom_add) and the
+# bridge (add). When every row call read /sys/devices/system/cpu/online
+# (before core asked for the hardware threads once) these were ~3.6 and ~8.8.
+ROW_D = 512
+ROW_CALL_GOALS = {"torch": 2.0, "bridge": 4.0}
 
 
 def _ladder(torch, cfg: Config) -> list[dict]:
@@ -191,6 +198,9 @@ def measure(cfg: Config) -> list[dict]:
     cfg.log("percall: the per-call ladder")
     rows += _ladder(torch, cfg)
 
+    cfg.log("percall: row reductions on one row")
+    rows += _one_row(torch, np, tb, cfg)
+
     cfg.log("percall: torch op vs aten")
     for n in sorted(DISPATCH_GOALS):
         a, b = torch.randn(int(n)), torch.randn(int(n))
@@ -208,6 +218,45 @@ def measure(cfg: Config) -> list[dict]:
                 "ratio": paired_ratio(s["aten.add.Tensor"], s["custom_add.default"]),
             }
         )
+    return rows
+
+
+def _one_row(torch, np, tb, cfg: Config) -> list[dict]:
+    """Each ROW_REDUCTIONS entry's call on one row against the tier's add on it, interleaved."""
+    from tierkit_core.op_table import ROW_REDUCTIONS
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, ROW_D, generator=g)
+    xn = x.numpy()
+    base = {"torch": "custom_add", "bridge": "add"}
+    fns = {
+        "torch custom_add": lambda: torch.ops.tierkit.custom_add(x, x),
+        "bridge add": lambda: tb.add(xn, xn),
+    }
+    for entry in ROW_REDUCTIONS:
+        ps = [torch.randn(ROW_D, generator=g) for _ in entry.params]
+        last = -1 if entry.has_dim else 1e-6  # its dim, or eps
+        op, bridge_op, pn = (
+            getattr(torch.ops.tierkit, entry.name),
+            getattr(tb, entry.name),
+            [p.numpy() for p in ps],
+        )
+        fns[f"torch {entry.name}"] = partial(op, x, *ps, last)
+        fns[f"bridge {entry.name}"] = partial(bridge_op, xn, *pn, last)
+    s = interleaved(fns, cfg.reps * 2, 2_000)
+    rows = []
+    for entry in ROW_REDUCTIONS:
+        for tier, peer in base.items():
+            ours, theirs = s[f"{tier} {entry.name}"], s[f"{tier} {peer}"]
+            rows.append(
+                {
+                    **row("percall", ours, kind="row call", impl=f"{tier} {entry.name}", n=ROW_D),
+                    "tier": tier,
+                    "peer": f"{tier} {peer}",
+                    "peer_s": theirs.median,
+                    "time_ratio": ours.median / theirs.median,
+                }
+            )
     return rows
 
 
@@ -280,6 +329,24 @@ def markdown(results: dict) -> list[str]:
             f"{r['peer']} ({r['time_ratio']:.1f}x the time; goal <= {TORCH_THROUGH_BRIDGE_GOAL}x)."
         )
         out.append("")
+    one_row = _rows(results, "row call")
+    if one_row:
+        out.append(
+            table(
+                [f"one float32 row of {ROW_D}", "per call", "the tier's add", "time ratio", "goal"],
+                [
+                    [
+                        r["impl"],
+                        timed(r),
+                        f"{r['peer_s'] * 1e6:.2f} us",
+                        f"{r['time_ratio']:.2f}x",
+                        f"<= {ROW_CALL_GOALS[r['tier']]}x",
+                    ]
+                    for r in one_row
+                ],
+            )
+        )
+        out.append("")
     out += skipped_lines(results, "percall", "kind")
     return out
 
@@ -318,6 +385,11 @@ def targets(results: dict) -> list[dict]:
                     f"{rung['median_s'] * 1e6:.2f} us a call",
                 )
             )
+    for call in _rows(results, "row call"):
+        goal = ROW_CALL_GOALS[call["tier"]]
+        detail = f"{call['median_s'] * 1e6:.2f} us vs {call['peer_s'] * 1e6:.2f} us"
+        name = f"{call['impl']} on one float32 row of {call['n']} <= {goal} x {call['peer']}'s time"
+        out.append(target(name, goal, round(call["time_ratio"], 2), call["time_ratio"] <= goal, detail))
     for t in _rows(results, "bridge torch"):
         goal = TORCH_THROUGH_BRIDGE_GOAL
         detail = f"{t['median_s'] * 1e6:.2f} us vs {t['peer_s'] * 1e6:.2f} us"
