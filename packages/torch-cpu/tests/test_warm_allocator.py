@@ -185,12 +185,13 @@ import torch.autograd.forward_ad as fwAD
 import torch._dynamo
 with fwAD.dual_level():
     fwAD.make_dual(torch.zeros(1), torch.zeros(1))
-# torch's autograd engine starts its device threads under a function-local
-# static on the process's first backward; a child forked while the thread
-# held that guard waited in __cxa_guard_acquire under
-# Engine::initialize_device_threads_pool forever (gdb; one CI run, and 1 in
-# 3 forks made 0.3 ms into a first backward). A plain torch backward here
-# takes it first; tierkit's first backward still happens in the thread.
+# torch's autograd engine sets up its device threads (none without a GPU)
+# under a function-local static on the process's first backward; a child
+# forked while the thread held that guard waited forever (one CI run; gdb on
+# a reproduction, 1 in 3 forks made 0.3 ms into a first backward:
+# __cxa_guard_acquire under Engine::initialize_device_threads_pool). A plain
+# torch backward here takes it first; tierkit's first backward still
+# happens in the thread.
 _w = torch.zeros(1, requires_grad=True)
 torch.autograd.grad((_w * 2).sum(), _w)
 a = torch.rand(1 << 20)

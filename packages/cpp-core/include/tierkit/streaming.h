@@ -89,7 +89,7 @@ inline long sysfs_llc_share() {
 
 // The machine's hardware threads, asked once: glibc's
 // std::thread::hardware_concurrency() opens and reads
-// /sys/devices/system/cpu/online on every call, ~5 of the 7 us a one-row
+// /sys/devices/system/cpu/online on every call, ~4 of the 7 us a one-row
 // float32 row op took through torch (a decode step makes one per norm).
 inline unsigned hardware_threads() {
   static const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
