@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import tierkit_core
@@ -32,6 +33,12 @@ from tierkit_torch_common.build import (
 from torch.utils.cpp_extension import CppExtension
 
 HERE = Path(__file__).resolve().parent
+
+# The local kernels repository (tierkit_torch.hub's repo/build/<variant>/, pyproject.toml's
+# package-data) is data that `kernels` imports from its own path at run time, not a package
+# of ours (its variant folders are named torch-cpu, torch-cuda: no Python name). setuptools
+# took its .py files for a package missing from `packages` and printed 40 lines each build.
+warnings.filterwarnings("ignore", message=r"(?s).*'tierkit_torch\.hub\.repo\b")
 SANITIZE = os.environ.get("TIERKIT_SANITIZE", "")
 
 # -fopenmp: at::parallel_for is an inline template whose OpenMP backend is a

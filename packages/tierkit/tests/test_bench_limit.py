@@ -284,6 +284,30 @@ def test_a_much_slower_peer_makes_fewer_calls_a_sample(monkeypatch):
     )
 
 
+def test_fill_seconds_adds_repetitions_where_calls_are_cheap_and_keeps_reps_where_not(monkeypatch):
+    from tierkit.bench import timing
+
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+
+    def costing(seconds: float):
+        def fn():
+            clock[0] += seconds
+
+        return fn
+
+    def reps_made(seconds: float, **kw) -> int:
+        samples = timing.interleaved({"a": costing(seconds), "b": costing(seconds)}, reps=3, **kw)
+        assert len(samples["a"].seconds) == len(samples["b"].seconds)
+        return len(samples["a"].seconds)
+
+    # a repetition: each of the two a settling call and a timed one, 4 calls
+    assert reps_made(0.01, fill_seconds=1.0, max_reps=20) == 20  # 25 fit: capped
+    assert reps_made(0.04, fill_seconds=1.0, max_reps=20) == 6  # 1 / 0.16
+    assert reps_made(1.0, fill_seconds=1.0, max_reps=20) == 3  # none fit beyond reps: reps
+    assert reps_made(0.01) == 3  # without fill_seconds: reps, however cheap
+
+
 def test_best_of_keeps_each_samples_fastest_run_and_leaves_self_timed_alone(monkeypatch):
     from tierkit.bench import timing
 

@@ -66,7 +66,13 @@ SLOW_PEER = 4.0  # an implementation this many times slower than the fastest get
 
 
 def interleaved(
-    impls: dict[str, Callable[[], object]], reps: int, inner: int = 1, warmup: int = 1, best_of: int = 1
+    impls: dict[str, Callable[[], object]],
+    reps: int,
+    inner: int = 1,
+    warmup: int = 1,
+    best_of: int = 1,
+    fill_seconds: float = 0.0,
+    max_reps: int = 0,
 ) -> dict[str, Samples]:
     """Per implementation, `reps` samples of the seconds a call (`inner`
     calls a sample), the implementations in a rotating order each
@@ -83,7 +89,14 @@ def interleaved(
     makes only as many calls a sample as fill the same time, at least one:
     a numpy peer 200x slower than the op took 9 of the 15 s of the quick
     silu probe at the op's `inner`, and one call of it is long enough to
-    time. A SelfTimed limit always makes `inner`."""
+    time. A SelfTimed limit always makes `inner`.
+
+    ``fill_seconds``: more repetitions than `reps` where they fit, as many
+    as the warm-up calls' times say fill that many seconds, at most
+    ``max_reps``: a case of calls of a few milliseconds gets the repetitions
+    that settle its median (a 0.5 B model's bfloat16 decode step, ~55 ms,
+    read 0.96x of stock's speed in 7 pairs and 1.04x in 41), one of seconds
+    a call keeps `reps`."""
     last: dict[str, float] = {}
     for name, fn in impls.items():
         for _ in range(warmup):
@@ -101,6 +114,11 @@ def interleaved(
         )
         for n in names
     }
+    if fill_seconds > 0 and last:
+        # a repetition makes each implementation's settling call and its timed calls
+        rep_seconds = sum(last[n] * (1 + calls[n] * best_of) for n in names if n in last)
+        if rep_seconds > 0:
+            reps = max(reps, min(max_reps or reps, int(fill_seconds / rep_seconds)))
     out: dict[str, list[float]] = {name: [] for name in names}
     for rep in range(reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate: no fixed position bias

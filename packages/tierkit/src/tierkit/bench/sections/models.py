@@ -145,7 +145,12 @@ PROBE = textwrap.dedent("""
                                        "graphs": counters["stats"]["unique_graphs"]}
                         fn()
                         compiled[n]["graphs_after_warmup"] = counters["stats"]["unique_graphs"] - compiled[n]["graphs"]
-                    s = interleaved(pair, reps, 1, warmup=1)
+                    # Cells of milliseconds a call get more pairs, as fill 0.6 s a repetition asked
+                    # (4.2 s at 7; twice that when settle.py measures again), up to 6x: their
+                    # medians moved by a few percent between runs of 7 pairs. A 0.5 B prefill
+                    # (seconds a call) keeps `reps`.
+                    fill = 0.0 if quick else 0.6 * reps
+                    s = interleaved(pair, reps, 1, warmup=1, fill_seconds=fill, max_reps=6 * reps)
                     share = {}
                     if how == "eager" and cell != "train":
                         # What "level" is made of: stock's time in the modules tierkit replaces
@@ -159,7 +164,7 @@ PROBE = textwrap.dedent("""
                     case_seconds = time.perf_counter() - case_start
                     for n, t in s.items():
                         rows.append({"model": label, "case_seconds": case_seconds, "cell": cell, "how": how, "impl": n,
-                                     "dtype": dtype_name, "seconds": t.seconds,
+                                     "dtype": dtype_name, "seconds": t.seconds, "pairs": len(t.seconds),
                                      "ours_over_theirs": paired_ratio(t, s["patched"]),
                                      **(compiled[n] if how == "compiled" else {}),
                                      **(share if n == "stock" else {})})
@@ -181,9 +186,12 @@ def measure(cfg: Config) -> list[dict]:
 def markdown(results: dict) -> list[str]:
     rows = timed_rows(results, "models")
     counted = any("graphs" in r for r in rows)
+    # Runs since 2026-12-07 record their pairs (full runs fill cells of milliseconds with more).
+    paired = any("pairs" in r for r in rows)
     return [
         table(
-            ["model", "cell", "eager or compiled", "dtype", "stock", "patched", "patched's speed-up"],
+            ["model", "cell", "eager or compiled", "dtype", "stock", "patched", "patched's speed-up"]
+            + (["pairs"] if paired else []),
             [
                 [
                     r["model"],
@@ -194,6 +202,7 @@ def markdown(results: dict) -> list[str]:
                     timed(p[0]),
                     f"{r['ours_over_theirs']:.2f}x",
                 ]
+                + ([str(r.get("pairs", ""))] if paired else [])
                 for r in rows
                 if r["impl"] == "stock"
                 and (
@@ -206,8 +215,14 @@ def markdown(results: dict) -> list[str]:
         "",
         "Prefill: batch 1 x 256 tokens, no cache; decode: one token against a KV cache of 256 (cropped back after "
         "each call); train: batch 2 x 128, forward and backward. Hidden 512, 4 layers, 8 heads (4 KV), vocab 8192; "
-        "eager attention as configured by default; the speed-up is paired per repetition; torch's thread count. "
-        "llama-0.5b (full runs only): 491,816,960 parameters (hidden 2048, 8 layers, 32 heads (8 KV), "
+        "eager attention as configured by default; the speed-up is paired per repetition"
+        + (
+            " (pairs: how many; full runs give a cell as many as fill 0.6 s a repetition of the run's count, up to 6x "
+            "it, so cells of milliseconds get more)"
+            if paired
+            else ""
+        )
+        + "; torch's thread count. llama-0.5b (full runs only): 491,816,960 parameters (hidden 2048, 8 layers, 32 heads (8 KV), "
         "intermediate 5632, vocab 32000), prefill 1 x 512, decode against 512 cached tokens, no training step.",
         *_share_table(rows),
         *(
