@@ -603,13 +603,32 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2(std::int64_t d, const Block& block, con
 // 1.71 -> 1.43 ms, 8192 2.54 -> 1.87; LayerNorm float32 d = 4096 5.02 ->
 // 4.34 (one core: 6.96 -> 6.02); rows of 1024 bfloat16 (2 KiB, two rows
 // well inside L1) unchanged within noise, so they keep L1. A hint only.
+//
+// The line asked for is one line past p: the block at offset j asks for the
+// next row's line at j + 64 bytes. Asked at j itself, a row of a multiple of
+// 4 KiB put that line at the 4 KiB offset of the output line the block had
+// just stored, wherever x and y start at one offset in their pages (numpy's
+// and torch's large arrays start 16 or 0 bytes into one), and the request
+// waited behind the store (4K aliasing): float32 rms_norm forward at d =
+// 1024 ran 0.87-0.92 of a copy beyond the caches with y 0 or 64 bytes from
+// x's page offset, 0.98-1.02 with y 1 or 2 KiB from it, while d = 768 and
+// 1280 did not care (the bridge with out=, 2 GiB arrays, an AVX-512 Xeon).
+// Core harness, 2^29 elements, x and y 16 bytes into a page, 2 threads, four
+// alternating runs each, at j -> at j + 64 (ms): rms_norm float32 d = 1024
+// 168-171 -> 142-146, layer_norm float32 d = 1024 172-182 -> 144-149,
+// rms_norm bfloat16 d = 2048 99-106 -> 86-102; d = 768 and 4096 float32 and
+// d = 1024 and 4096 bfloat16 unchanged within their spread. The address is an
+// integer's: past the last row it lies outside the array, which a
+// prefetch, never faulting, may name.
 inline constexpr std::int64_t kAheadToL1 = 4096;
+inline constexpr std::uintptr_t kAheadSkew = 64;
 template <typename T>
 TIERKIT_ROW_INLINE void ask_ahead(const T* p, bool to_l2) {
+  const void* line = reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + kAheadSkew);
   if (to_l2)
-    __builtin_prefetch(p, 0, 2);
+    __builtin_prefetch(line, 0, 2);
   else
-    __builtin_prefetch(p, 0, 3);
+    __builtin_prefetch(line, 0, 3);
 }
 template <typename T>
 TIERKIT_ROW_INLINE bool ahead_to_l2(std::int64_t d) {
