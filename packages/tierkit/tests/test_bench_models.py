@@ -38,3 +38,13 @@ def test_no_share_table_without_shares():
     assert any(
         "llama-0.5b prefill patched vs stock, compiled, bfloat16 >= 1.0x" == t["target"] for t in targets
     )
+
+
+def test_the_pairs_column_counts_each_cells_pairs_and_older_results_have_none():
+    rows = [_row("stock", pairs=19), _row("patched", pairs=19)]
+    text = "\n".join(models.markdown(_results(rows)))
+    assert "| patched's speed-up | pairs |" in text
+    assert text.count("| 1.06x | 19 |") == 1  # the stock row's line, its patched peer beside it
+    assert "full runs give a cell as many as fit in 0.6 s" in text
+    older = "\n".join(models.markdown(_results([_row("stock"), _row("patched")])))
+    assert "pairs" not in older  # a report rendered from results without counts reads as before

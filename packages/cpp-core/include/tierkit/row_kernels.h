@@ -604,22 +604,22 @@ TIERKIT_ROW_INLINE Sums2<float> vec_sum2(std::int64_t d, const Block& block, con
 // 4.34 (one core: 6.96 -> 6.02); rows of 1024 bfloat16 (2 KiB, two rows
 // well inside L1) unchanged within noise, so they keep L1. A hint only.
 //
-// The line asked for is one line past p: the block at offset j asks for the
-// next row's line at j + 64 bytes. Asked at j itself, a row of a multiple of
-// 4 KiB put that line at the 4 KiB offset of the output line the block had
-// just stored, wherever x and y start at one offset in their pages (numpy's
-// and torch's large arrays start 16 or 0 bytes into one), and the request
-// waited behind the store (4K aliasing): float32 rms_norm forward at d =
-// 1024 ran 0.87-0.92 of a copy beyond the caches with y 0 or 64 bytes from
-// x's page offset, 0.98-1.02 with y 1 or 2 KiB from it, while d = 768 and
-// 1280 did not care (the bridge with out=, 2 GiB arrays, an AVX-512 Xeon).
-// Core harness, 2^29 elements, x and y 16 bytes into a page, 2 threads, four
-// alternating runs each, at j -> at j + 64 (ms): rms_norm float32 d = 1024
-// 168-171 -> 142-146, layer_norm float32 d = 1024 172-182 -> 144-149,
-// rms_norm bfloat16 d = 2048 99-106 -> 86-102; d = 768 and 4096 float32 and
-// d = 1024 and 4096 bfloat16 unchanged within their spread. The address is an
-// integer's: past the last row it lies outside the array, which a
-// prefetch, never faulting, may name.
+// The line asked for lies one line past p: the block at byte offset o of
+// its row asks for the next row's line at o + 64. Rows of exactly 4 KiB ran
+// below their neighbours beyond the caches: float32 rms_norm, d = 1024,
+// through the bridge with out= (2 GiB arrays, two threads, an AVX-512
+// Xeon), 0.87-0.92 of a copy with y 0 or 64 bytes from x's page offset and
+// 0.98-1.02 with y 1-2 KiB from it, while d = 768 and 1280 did not care:
+// a 4 KiB address alias between x's and y's lines, by the look of it (this
+// VM has no counters to show one). Asking one line further helps bfloat16
+// rows of 4 KiB and leaves the others within their spread (2^29 elements,
+// alternating old and new builds, ms): the bridge, bfloat16 d = 2048
+// 85.9-94.7 -> 84.0-87.5; the core at -O3, bfloat16 d = 2048 102-105 ->
+// 95-103, float32 d = 1024 151-159 -> 141-159, d = 768 and 4096 unchanged.
+// It is not the fix of the float32 gap above, which stays (the bridge: 0.88-
+// 0.96 of a copy at y's worst offset). The address is an integer's: past
+// the last row it lies outside the array, which a prefetch, never faulting,
+// may name.
 inline constexpr std::int64_t kAheadToL1 = 4096;
 inline constexpr std::uintptr_t kAheadSkew = 64;
 template <typename T>
@@ -636,8 +636,8 @@ TIERKIT_ROW_INLINE bool ahead_to_l2(std::int64_t d) {
 }
 
 // block(j) over the full vectors of [0, d), one(j) over the rest. With
-// `ahead` (the next row's starts), each block also asks for the next row's
-// line at its offset (ask_ahead): a row's last pass (reads from cache,
+// `ahead` (the next row's starts), each block also asks for a line of the
+// next row near its offset (ask_ahead: the line after it): a row's last pass (reads from cache,
 // writes out) then overlaps the next row's reads from memory, which the
 // hardware prefetcher does not start on its own across a long row (float32
 // rows of 8192 ran at 0.54 of a copy in the two-statistics norm against

@@ -93,10 +93,12 @@ def interleaved(
 
     ``fill_seconds``: more repetitions than `reps` where they fit, as many
     as the warm-up calls' times say fill that many seconds, at most
-    ``max_reps``: a case of calls of a few milliseconds gets the repetitions
-    that settle its median (a 0.5 B model's bfloat16 decode step, ~55 ms,
-    read 0.96x of stock's speed in 7 pairs and 1.04x in 41), one of seconds
-    a call keeps `reps`."""
+    ``max_reps`` (0: `reps`). A case of calls of a few milliseconds gets
+    repetitions that steady its median (a 0.5 B model's bfloat16 decode
+    step, ~55 ms a call, read 0.96x of stock's speed in the models section's
+    7 pairs and 1.03x in its ~19 pairs filled; a run of its own, 41 pairs:
+    1.04x); one of seconds a call keeps `reps`. A cold first warm-up call
+    only makes the count smaller."""
     last: dict[str, float] = {}
     for name, fn in impls.items():
         for _ in range(warmup):

@@ -145,10 +145,10 @@ PROBE = textwrap.dedent("""
                                        "graphs": counters["stats"]["unique_graphs"]}
                         fn()
                         compiled[n]["graphs_after_warmup"] = counters["stats"]["unique_graphs"] - compiled[n]["graphs"]
-                    # Cells of milliseconds a call get more pairs, as fill 0.6 s a repetition asked
-                    # (4.2 s at 7; twice that when settle.py measures again), up to 6x: their
-                    # medians moved by a few percent between runs of 7 pairs. A 0.5 B prefill
-                    # (seconds a call) keeps `reps`.
+                    # Cells of milliseconds a call get more pairs: as many as fit in 0.6 s x the
+                    # run's count (4.2 s at 7; twice that when settle.py measures again), at most
+                    # 6x it; their medians moved by a few percent between runs of 7 pairs. A 0.5 B
+                    # prefill (seconds a call) keeps `reps`.
                     fill = 0.0 if quick else 0.6 * reps
                     s = interleaved(pair, reps, 1, warmup=1, fill_seconds=fill, max_reps=6 * reps)
                     share = {}
@@ -217,8 +217,8 @@ def markdown(results: dict) -> list[str]:
         "each call); train: batch 2 x 128, forward and backward. Hidden 512, 4 layers, 8 heads (4 KV), vocab 8192; "
         "eager attention as configured by default; the speed-up is paired per repetition"
         + (
-            " (pairs: how many; full runs give a cell as many as fill 0.6 s a repetition of the run's count, up to 6x "
-            "it, so cells of milliseconds get more)"
+            " (pairs: how many; full runs give a cell as many as fit in 0.6 s x the run's count, at most 6x it, so "
+            "cells of milliseconds get more)"
             if paired
             else ""
         )
