@@ -480,6 +480,12 @@ class RowOp:
                 )
         if (self.saves == "stats") != bool(self.stats):
             raise ValueError(f"{self.name}: stats: declared exactly when saves == 'stats'")
+        if self.saves == "stats" and self.has_eps == self.has_dim:
+            # Every tier's adapter and every caller passes it last (row_entry.h's Scalar, trailing()).
+            raise ValueError(
+                f"{self.name}: a row reduction takes one trailing scalar, an eps or a dim, "
+                f"got {'both' if self.has_eps else 'neither'}"
+            )
 
     def _named(self, role: str) -> tuple[str, ...]:
         return tuple(a.name for a in self.args if a.role == role)
@@ -518,6 +524,11 @@ class RowOp:
     def has_dim(self) -> bool:
         """Runs along a ``dim`` argument (else always along the last dim)."""
         return any(a.role == "dim" for a in self.args)
+
+    def trailing(self, eps: float | None) -> float | int | None:
+        """A row reduction's last argument in a positional call: -1 for its
+        dim (along the last), or `eps` for its eps."""
+        return -1 if self.has_dim else eps
 
     @property
     def arg_list(self) -> str:

@@ -180,6 +180,22 @@ def test_a_row_op_refuses_roles_it_does_not_know():
         RowOp(name="o", functor="O", doc="", args=(param("weight"),), reference="x", derivatives={})
 
 
+def test_a_row_reduction_takes_one_trailing_scalar_eps_or_dim():
+    from tierkit_core.op_table import ROW_REDUCTIONS, RowOp, dim_arg, eps_arg
+
+    common = dict(functor="O", doc="", reference="x", derivatives={}, stats=("s",))
+    with pytest.raises(
+        ValueError, match="o: a row reduction takes one trailing scalar, an eps or a dim, got both"
+    ):
+        RowOp(name="o", args=(eps_arg(), dim_arg()), **common)
+    with pytest.raises(
+        ValueError, match="o: a row reduction takes one trailing scalar, an eps or a dim, got neither"
+    ):
+        RowOp(name="o", args=(), **common)
+    for e in ROW_REDUCTIONS:
+        assert e.trailing(1e-6) == (-1 if e.has_dim else 1e-6)
+
+
 def test_the_codegen_refuses_a_layout_the_adapters_do_not_take():
     # The tiers' map and in-place adapters read the entry's names by role,
     # for one layout of roles each: another is refused, naming the entry.

@@ -102,7 +102,7 @@ def result_dtype(torch: Any, x: Any, tables: Sequence[Any]) -> Any:
 
 def scalar_default(entry: RowOp) -> Any:
     """What the op's trailing scalar is when a call leaves it out: its dim's -1, or its eps's default."""
-    return -1 if entry.has_dim else entry.eps
+    return entry.trailing(entry.eps)
 
 
 def one_or_tuple(outs: Sequence[Any]) -> Any:

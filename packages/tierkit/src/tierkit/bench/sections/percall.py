@@ -239,7 +239,7 @@ def _one_row(torch, np, tb, cfg: Config) -> list[dict]:
     }
     for entry in ROW_REDUCTIONS:
         ps = [torch.randn(ROW_D, generator=g) for _ in entry.params]
-        last = -1 if entry.has_dim else 1e-6  # its dim, or eps (as the rows section calls them)
+        last = entry.trailing(1e-6)  # its dim (-1), or eps, as the rows section calls them
         groups["torch"][1][entry.name] = partial(getattr(torch.ops.tierkit, entry.name), x, *ps, last)
         groups["bridge"][1][entry.name] = partial(getattr(tb, entry.name), xn, *(p.numpy() for p in ps), last)
     rows = []

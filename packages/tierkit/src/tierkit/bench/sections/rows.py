@@ -41,7 +41,7 @@ PROBE = PROBE_HEAD + textwrap.dedent("""
             aten = lambda a, _shape, *q, _n=name: getattr(torch, _n)(a, -1)
         else:
             aten = getattr(F, name)  # torch.nn.functional.<name>(x, (d,), *params, eps)
-        LAST = -1 if entry.has_dim else EPS  # the op's last argument: its dim, or eps
+        LAST = entry.trailing(EPS)  # the op's last argument: its dim (-1), or eps
         for case in shapes:
             rows_, d = case[:2]
             # The width sweep (goal 3, rows of any width): the forward in float32 beside the copy limit only.
