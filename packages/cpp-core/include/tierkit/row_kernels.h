@@ -637,8 +637,8 @@ TIERKIT_ROW_INLINE bool ahead_to_l2(std::int64_t d) {
 
 // block(j) over the full vectors of [0, d), one(j) over the rest. With
 // `ahead` (the next row's starts), each block also asks for a line of the
-// next row near its offset (ask_ahead: the line after it): a row's last pass (reads from cache,
-// writes out) then overlaps the next row's reads from memory, which the
+// next row near its offset (ask_ahead: the line after it): a row's last
+// pass (reads from cache, writes out) then overlaps the next row's reads from memory, which the
 // hardware prefetcher does not start on its own across a long row (float32
 // rows of 8192 ran at 0.54 of a copy in the two-statistics norm against
 // 0.85 at 1024, an AVX-512 Xeon). Two inputs, both asked (add_rms_norm

@@ -233,17 +233,19 @@ def _one_row(torch, np, tb, cfg: Config) -> list[dict]:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(1, ROW_D, generator=g)
     xn = x.numpy()
-    groups: dict[str, tuple[str, dict[str, Callable[[], object]]]] = {
-        "torch": ("custom_add", {"custom_add": partial(torch.ops.tierkit.custom_add, x, x)}),
-        "bridge": ("add", {"add": partial(tb.add, xn, xn)}),
+    peers = {"torch": "custom_add", "bridge": "add"}  # each tier's add, the group's first call
+    calls: dict[str, dict[str, Callable[[], object]]] = {
+        "torch": {"custom_add": partial(torch.ops.tierkit.custom_add, x, x)},
+        "bridge": {"add": partial(tb.add, xn, xn)},
     }
     for entry in ROW_REDUCTIONS:
         ps = [torch.randn(ROW_D, generator=g) for _ in entry.params]
         last = entry.trailing(1e-6)  # its dim (-1), or eps, as the rows section calls them
-        groups["torch"][1][entry.name] = partial(getattr(torch.ops.tierkit, entry.name), x, *ps, last)
-        groups["bridge"][1][entry.name] = partial(getattr(tb, entry.name), xn, *(p.numpy() for p in ps), last)
+        calls["torch"][entry.name] = partial(getattr(torch.ops.tierkit, entry.name), x, *ps, last)
+        calls["bridge"][entry.name] = partial(getattr(tb, entry.name), xn, *(p.numpy() for p in ps), last)
     rows = []
-    for tier, (peer, fns) in groups.items():
+    for tier, fns in calls.items():
+        peer = peers[tier]
         s = interleaved(fns, cfg.reps * 2, 2_000, warmup=3)
         for entry in ROW_REDUCTIONS:
             rows.append(
