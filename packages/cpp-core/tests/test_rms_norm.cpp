@@ -512,6 +512,65 @@ TYPED_TEST(RmsNorm, RowsAtTheSubnormalLineAreTheDocumentedBits) {
   }
 }
 
+#ifdef TIERKIT_ROW_VEC
+// The vector weights' floor the bfloat16 rows prove normal stores from
+// (float_weight_floor, row_kernels.h) against the scalar definition: the
+// smallest nonzero |w|, NaNs and infinities skipped, +inf if none. Special
+// values (signed zeros, subnormals, infinities, NaNs of either sign) at
+// every position of a vector body and its tail.
+struct Lanes8 : k::detail::VecTypes<8> {
+  static constexpr std::int64_t kLanes = 8;
+};
+TEST(RmsNormWeightFloor, MatchesTheScalarDefinition) {
+  const auto scalar = [](const std::vector<float>& w) {
+    float m = std::numeric_limits<float>::infinity();
+    for (float v : w)
+      if (std::isfinite(v) && v != 0.f && std::fabs(v) < m) m = std::fabs(v);
+    return m;
+  };
+  const float specials[] = {0.f,
+                            -0.f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -FLT_MIN / 4,
+                            FLT_MIN,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::max()};
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  int checked = 0;
+  for (std::int64_t d : {0, 1, 7, 8, 9, 23, 64, 100}) {
+    for (float sp : specials)
+      for (std::int64_t at = 0; at < std::max<std::int64_t>(d, 1); at += 3) {
+        std::vector<float> w(d);
+        for (float& v : w) v = u(gen);
+        if (d > 0) w[at] = sp;
+        const float want = scalar(w), got = k::detail::float_weight_floor<Lanes8>(w.data(), d);
+        EXPECT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+            << "d " << d << " at " << at << " special " << sp;
+        ++checked;
+      }
+    // Only zeros and NaNs, or zeros and infinities: no floor; then one
+    // subnormal among them, anywhere: the floor.
+    for (int kind = 0; kind < 2; ++kind) {
+      std::vector<float> none(d);
+      for (std::int64_t j = 0; j < d; ++j) none[j] = specials[j % 2 ? j % 4 / 2 : 5 + 2 * kind + j % 4 / 2];
+      EXPECT_EQ(k::detail::float_weight_floor<Lanes8>(none.data(), d), std::numeric_limits<float>::infinity())
+          << "d " << d << (kind ? ", NaNs" : ", infinities");
+      for (std::int64_t at = 0; at < d; ++at) {
+        std::vector<float> one = none;
+        one[at] = -specials[2];
+        EXPECT_EQ(k::detail::float_weight_floor<Lanes8>(one.data(), d), specials[2])
+            << "d " << d << " at " << at;
+      }
+    }
+  }
+  EXPECT_GT(checked, 300);
+}
+#endif  // TIERKIT_ROW_VEC
+
 TYPED_TEST(RmsNorm, InPlaceForward) {
   using T = TypeParam;
   const std::int64_t rows = 4, d = 100;

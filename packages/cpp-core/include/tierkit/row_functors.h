@@ -84,7 +84,7 @@ struct RmsNormBody {
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
                                          std::int64_t hi, T* y, C* rstd, bool stream) {
     C w_floor = 0;
-    if constexpr (R::kProvesNormal) w_floor = weight_floor(p.w, d);
+    if constexpr (R::kProvesNormal) w_floor = R::weight_floor(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T* xr = x + r * d;
       const C ss = R::sum(d, [&](auto L, std::int64_t j) TIERKIT_ROW_LAMBDA {
@@ -103,7 +103,7 @@ struct RmsNormBody {
                                              std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd,
                                              bool stream) {
     C w_floor = 0;
-    if constexpr (R::kProvesNormal) w_floor = weight_floor(p.w, d);
+    if constexpr (R::kProvesNormal) w_floor = R::weight_floor(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
       const T *xr = x + r * d, *rr = res + r * d;
       R::staged_row(h + r * d, d, stream, [&](T* hr) TIERKIT_ROW_LAMBDA {

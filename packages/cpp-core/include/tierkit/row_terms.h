@@ -132,6 +132,11 @@ struct VecRowTerms {
     static_assert(kProvesNormal);
     return detail::scaled_normal(bf16_row_floor<W>(x, d), s, w_floor);
   }
+  // The weights' floor (float_weight_floor, row_kernels.h); 1 without a weight.
+  TIERKIT_ROW_INLINE static float weight_floor(const float* w, std::int64_t d) {
+    static_assert(kProvesNormal);
+    return w ? float_weight_floor<W>(w, d) : 1.f;
+  }
   // `ahead`: the next row's starts, asked for a line at a time (vec_each);
   // `head`: elements before the first block (vec_each), one at a time.
   template <typename Term>
