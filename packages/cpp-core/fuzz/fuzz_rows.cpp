@@ -139,6 +139,22 @@ void check(tierkit_fuzz::Input& in) {
       if (!same_bits(y3, y_ref)) fail("the fused add is not the norm of the rounded sum");
     }
   }
+  // A float32 y over 16-bit x (core's kWideOutput: casting_mode "llama"
+  // with a float32 weight): x-hat as the kind rounds it without a weight,
+  // times the weight in float, not rounded again; the stats the same.
+  if constexpr (K::kWideOutput && sizeof(T) == 2 && P > 0) {
+    if (rows > 0 && d > 0) {
+      Vec<C> wc(D), yw(N), want(N), s_hat(R), s_w(R);
+      for (std::size_t j = 0; j < D; ++j) wc[j] = tierkit::load_compute(&params.values[0][j]);
+      Vec<T> xhat(N);
+      k::row_forward<K>(x.data(), k::RowParams<T>{}, eps, rows, d, xhat.data(), s_hat.data());
+      k::RowParams<C> pw{wc.data(), nullptr};
+      pw.round_normalized = true;
+      k::row_forward<K>(x.data(), pw, eps, rows, d, yw.data(), s_w.data(), run);
+      for (std::size_t i = 0; i < N; ++i) want[i] = tierkit::load_compute(&xhat[i]) * wc[i % D];
+      if (!same_bits(yw, want) || !same_bits(s_w, s_hat)) fail("the float32 y is not x-hat times the weight");
+    }
+  }
   // Backward: separate, then dx = dy in place with the weight a row of dy.
   if (rows > 0 && d > 0) {
     const Vec<T> w_row = row_of(dy);

@@ -455,6 +455,65 @@ TYPED_TEST(RmsNorm, RoundNormalizedIsTheNormThenTheRoundedProduct) {
   }
 }
 
+// A 16-bit x with y in float (RmsNorm's kWideOutput): casting_mode "llama"
+// with a float32 weight, whose product is float32 as HF's Llama norm
+// returns it: y = float(T(x * rstd)) * w, the product not rounded to T; and
+// without the rounding, y = (x * rstd) * w in float. Both forms (the fused
+// residual's h still in T), the weight in T or in float, at every SIMD level.
+TYPED_TEST(RmsNorm, WideOutputIsTheProductInTheComputeType) {
+  using T = TypeParam;
+  if constexpr (sizeof(T) != 2) {
+    GTEST_SKIP() << "a wide output is for 16-bit x";
+  } else {
+    for (const Shape& s : kShapes) {
+      const std::int64_t n = s.rows * s.d;
+      const auto x = random_vec<T>(n, 51 + s.d, 3.f), res = random_vec<T>(n, 52 + s.d);
+      const auto w = random_vec<T>(s.d, 53 + s.d);
+      std::vector<float> wc(static_cast<std::size_t>(s.d));
+      for (std::int64_t j = 0; j < s.d; ++j) wc[j] = tierkit::load_compute(&w[j]) * 1.25f;  // not all in T
+      std::vector<T> xhat(n), h(n), h_want(n);
+      std::vector<float> want(n), y(n), rstd(s.rows), rstd_want(s.rows);
+      for (std::int64_t i = 0; i < n; ++i)
+        tierkit::store_compute(&h_want[i], tierkit::load_compute(&x[i]) + tierkit::load_compute(&res[i]));
+      for (const bool round : {true, false}) {
+        for (const bool add : {false, true}) {
+          const std::vector<T>& in = add ? h_want : x;
+          rms::rms_norm_forward(in.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, xhat.data(),
+                                rstd_want.data());
+          for (std::int64_t i = 0; i < n; ++i) {
+            const float rs = rstd_want[i / s.d];
+            const float normalized =
+                round ? tierkit::load_compute(&xhat[i]) : tierkit::load_compute(&in[i]) * rs;
+            want[i] = normalized * wc[i % s.d];
+          }
+          k::RowParams<float> p{wc.data(), nullptr};
+          p.round_normalized = round;
+          std::fill(y.begin(), y.end(), -1.f);
+          if (add) {
+            k::row_add_forward<k::RmsNorm>(x.data(), res.data(), p, 1e-6, s.rows, s.d, y.data(), h.data(),
+                                           rstd.data());
+            EXPECT_TRUE(same_bits(h, h_want)) << "d " << s.d;
+          } else {
+            k::row_forward<k::RmsNorm>(x.data(), p, 1e-6, s.rows, s.d, y.data(), rstd.data());
+          }
+          EXPECT_TRUE(same_bits(y, want))
+              << "d " << s.d << (round ? " llama" : " unrounded") << (add ? " add" : "");
+          EXPECT_TRUE(same_bits(rstd, rstd_want)) << "d " << s.d;
+        }
+      }
+      // A weight of x's dtype: the same products.
+      k::RowParams<T> pt{w.data(), nullptr};
+      pt.round_normalized = true;
+      rms::rms_norm_forward(x.data(), static_cast<const T*>(nullptr), 1e-6, s.rows, s.d, xhat.data(),
+                            rstd_want.data());
+      for (std::int64_t i = 0; i < n; ++i)
+        want[i] = tierkit::load_compute(&xhat[i]) * tierkit::load_compute(&w[i % s.d]);
+      k::row_forward<k::RmsNorm>(x.data(), pt, 1e-6, s.rows, s.d, y.data(), rstd.data());
+      EXPECT_TRUE(same_bits(y, want)) << "weight in T, d " << s.d;
+    }
+  }
+}
+
 // Rows whose smallest |x| times rstd (times a weight just below 1) lies
 // within a few percent of FLT_MIN, either side. The vector rows convert to
 // bfloat16 without VCVTNEPS2BF16's subnormal check only where scaled_normal

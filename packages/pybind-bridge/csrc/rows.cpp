@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -370,6 +371,8 @@ py::object into_result(const std::string& op, const py::object& x, const tierkit
 // The kernel over x (C-contiguous) and parameters of x's dtype, or, with
 // `in_compute`, of x's compute type (core's RowParams takes either);
 // `round_normalized`: core's flag (x-hat rounded to x's dtype before the weight).
+// y is of x's dtype, or float32 over 16-bit x for a kind with core's
+// kWideOutput (RMSNorm's "llama" with a float32 weight: its product's dtype).
 template <typename K, std::size_t P>
 void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::TensorView*, P>& params,
               double eps, const tierkit::TensorView& y, bool in_compute, bool round_normalized) {
@@ -386,8 +389,16 @@ void run_rows(const tierkit::TensorView& x, const std::array<const tierkit::Tens
       if constexpr (P > 1)
         if (params[1]) p.b = static_cast<const Param*>(params[1]->data());
       p.round_normalized = round_normalized;
+      const bool wide = y.dtype() != x.dtype();
       py::gil_scoped_release nogil;
       // Core reads parameters that lie in y as they were at the call.
+      if constexpr (K::kWideOutput && sizeof(T) == 2) {
+        if (wide)
+          return tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data()), p, eps, rows, d,
+                                                  static_cast<float*>(y.data()), stats.data(),
+                                                  tierkit::kernels::PoolRunner{threads});
+      }
+      if (wide) throw std::logic_error("run_rows: a float32 y is for 16-bit x of a kind with a wide output");
       tierkit::kernels::row_forward<K>(static_cast<const T*>(x.data()), p, eps, rows, d,
                                        static_cast<T*>(y.data()), stats.data(),
                                        tierkit::kernels::PoolRunner{threads});
@@ -535,13 +546,17 @@ struct BridgeRows {
     // A product after by a weight of x's dtype is core's round_normalized rows: x-hat rounded,
     // times the weight, rounded once more, in one pass (the same bits as the two passes below).
     // The weight is the only parameter (casting modes are weight-only) and of x's dtype: the
-    // call mixes no dtypes, so it goes to run_rows as it is.
-    const bool one_pass = after && after->dtype() == vx.dtype();
+    // call mixes no dtypes, so it goes to run_rows as it is. A float32 weight beside 16-bit x
+    // is one pass too where the kind writes a float32 y (core's kWideOutput): x-hat rounded,
+    // times the weight in float32, not rounded again (the result's dtype is float32).
+    const bool sixteen = vx.dtype() == tierkit::DType::BFloat16 || vx.dtype() == tierkit::DType::Float16;
+    const bool wide_pass = after && K::kWideOutput && sixteen && after->dtype() == tierkit::DType::Float32;
+    const bool one_pass = after && (after->dtype() == vx.dtype() || wide_pass);
     const auto forward_rows = [&](const tierkit::TensorView& y) {
       if (one_pass) {
         std::array<const tierkit::TensorView*, P> with_weight = params;
         if constexpr (P > 0) with_weight[0] = after;
-        return run_rows<K, P>(xc, with_weight, eps, y, false, true);
+        return run_rows<K, P>(xc, with_weight, eps, y, /*in_compute=*/wide_pass, true);
       }
       if (!after) return run_kernel<K, P>(xc, params, eps, y);
       Buffer normalized = Buffer::empty(xc.shape(), xc.dtype(), false);

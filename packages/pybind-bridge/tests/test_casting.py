@@ -78,9 +78,10 @@ def test_casting_modes_match_the_formula(entry, mode, xd, wd):
 def test_casting_modes_equal_the_torch_ops(entry, mode, d):
     """Each mode's result is tierkit_torch's bit for bit, both its plain call
     and its composite (the plain op then torch's ops: taken where x needs a
-    gradient). A 16-bit "llama" with a weight of x's dtype runs here, and in
-    tierkit_torch's plain call, as one pass (core's round_normalized rows);
-    rows of 4100 have a tail after the vectors."""
+    gradient). A 16-bit "llama" with a weight of x's dtype or float32 runs
+    here, and in tierkit_torch's plain call, as one pass (core's
+    round_normalized rows; with a float32 weight, core's float32 y); rows of
+    4100 have a tail after the vectors."""
     torch = pytest.importorskip("torch")
     tierkit_torch = pytest.importorskip("tierkit_torch")
     g = torch.Generator().manual_seed(1)
@@ -88,6 +89,7 @@ def test_casting_modes_equal_the_torch_ops(entry, mode, d):
         (torch.bfloat16, torch.float32),
         (torch.bfloat16, torch.bfloat16),
         (torch.float16, torch.float16),
+        (torch.float16, torch.float32),
     ):
         x = (torch.randn(5, d, generator=g) * 2).to(xd)
         w = (torch.randn(d, generator=g) * 0.3 + (0.0 if mode.name == "gemma" else 1.0)).to(wd)

@@ -202,6 +202,51 @@ struct CpuRows {
     return y;
   }
 
+  // "llama" with a float32 weight over 16-bit x (round_normalized.h): y =
+  // float(T(x-hat)) * w in float32, the composite's dtype, in one pass
+  // (core's kWideOutput), with the fused residual's h in x's dtype. The
+  // caller (row_casting.cpp's one_pass_rounded) admits contiguous-able
+  // plain CPU tensors of a 16-bit x and a one-dimensional float32 weight.
+  static std::tuple<at::Tensor, at::Tensor> wide_rounded_forward(const char* op, const at::Tensor& x_in,
+                                                                 const at::Tensor& residual_in,
+                                                                 const at::Tensor& h_out, const Ps& params_in,
+                                                                 double eps) {
+    check_rows<E>(op, x_in, params_in, kCpu);
+    const MixedRows mixed(x_in, params_in);
+    TORCH_CHECK(mixed.active && !mixed.converts_x(), op,
+                ": a float32 output needs 16-bit x and float32 parameters");
+    const Rows r = rows_of(x_in);
+    const at::Tensor x = x_in.contiguous();
+    const Ps params = contiguous(mixed.in(params_in));
+    at::Tensor y = warm_empty(x.sizes(), x.options().dtype(at::kFloat));
+    at::Tensor stats = at::empty(stats_shape(x, E::kStats), x.options().dtype(stats_dtype(x)));
+    at::Tensor residual, h;
+    if (residual_in.defined()) {
+      check_like(op, residual_in, "residual", x_in, "x");
+      residual = residual_in.contiguous();
+      // A non-contiguous h_out (the in-place form's residual) is written through a contiguous temporary.
+      h = h_out.defined() && h_out.is_contiguous() ? h_out : fresh_like(x);
+    }
+    for_rows(x, mixed, params, /*round_normalized=*/true, [&](auto tag, auto p) {
+      using T = decltype(tag);
+      if constexpr (sizeof(T) == 2 && K::kWideOutput) {
+        const T* xp = static_cast<const T*>(x.const_data_ptr());
+        float* stats_p = data<float>(stats);
+        if (residual.defined())
+          tierkit::kernels::row_add_forward<K>(xp, static_cast<const T*>(residual.const_data_ptr()), p, eps,
+                                               r.rows, r.d, data<float>(y), data<T>(h), stats_p,
+                                               AtenRowRunner{});
+        else
+          tierkit::kernels::row_forward<K>(xp, p, eps, r.rows, r.d, data<float>(y), stats_p, AtenRowRunner{});
+      } else {
+        TORCH_CHECK(false, op, ": a float32 output is for 16-bit x of a norm that has one, got ",
+                    x.scalar_type());
+      }
+    });
+    if (h_out.defined() && !h.is_same(h_out)) h_out.copy_(h);
+    return {y, h_out.defined() ? h_out : h};
+  }
+
   static std::tuple<at::Tensor, at::Tensor> add(const at::Tensor& x, const at::Tensor& residual,
                                                 const Ps& params, typename E::Scalar eps) {
     at::Tensor h = fresh_like(x);
@@ -229,6 +274,14 @@ std::tuple<at::Tensor, at::Tensor> round_normalized_rows(const at::Tensor& x, co
   } else {
     typename R::Ps params;
     params[0] = weight;
+    if (weight.scalar_type() != x.scalar_type()) {  // a float32 weight: y in float32
+      const char* op = !residual.defined() ? E::op_name()
+                       : h_out.defined()   ? E::add_inplace_name()
+                                           : E::add_name();
+      auto [y, h] = R::wide_rounded_forward(op, x, residual, h_out, params, eps);
+      if (h_out.defined() && h_out.is_contiguous()) h_out.unsafeGetTensorImpl()->bump_version();
+      return {y, residual.defined() ? h : at::Tensor()};
+    }
     if (!residual.defined())
       return {std::get<0>(R::forward_as(E::op_name(), x, params, eps, true)), at::Tensor()};
     const at::Tensor h = h_out.defined() ? h_out : fresh_like(x);

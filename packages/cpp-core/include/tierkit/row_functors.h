@@ -55,11 +55,14 @@ struct RmsNormBody {
   // w_floor: the weight's smallest nonzero magnitude, where R can use it
   // (R::kProvesNormal: the row then converts to bfloat16 without the
   // subnormal check where scaled_normal proves there is none to find).
-  TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C w_floor, C rs, std::int64_t d, T* y,
+  // y: T, or C where the call wants the product in the compute type
+  // (kWideOutput: "llama" with a float32 weight over 16-bit x).
+  template <typename Y>
+  TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C w_floor, C rs, std::int64_t d, Y* y,
                                        bool stream, bool round, NextRow<T> ahead) {
     bool normal = false;
     if constexpr (R::kProvesNormal) normal = R::scaled_normal(x, d, rs, w_floor);
-    R::out_row(y, d, stream, [&](T* out, bool st, std::int64_t head) TIERKIT_ROW_LAMBDA {
+    R::out_row(y, d, stream, [&](Y* out, bool st, std::int64_t head) TIERKIT_ROW_LAMBDA {
       if (w && round) {
         R::each_scaled(
             normal, d,
@@ -81,8 +84,9 @@ struct RmsNormBody {
     });
   }
 
+  template <typename Y>
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* rstd, bool stream) {
+                                         std::int64_t hi, Y* y, C* rstd, bool stream) {
     C w_floor = 0;
     if constexpr (R::kProvesNormal) w_floor = R::weight_floor(p.w, d);
     for (std::int64_t r = lo; r < hi; ++r) {
@@ -99,8 +103,9 @@ struct RmsNormBody {
 
   // h = T(x + residual) (h may be residual: an element's inputs are read
   // before its h is written), then the forward of h as rounded.
+  template <typename Y>
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
-                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* rstd,
+                                             std::int64_t lo, std::int64_t hi, Y* y, T* h, C* rstd,
                                              bool stream) {
     C w_floor = 0;
     if constexpr (R::kProvesNormal) w_floor = R::weight_floor(p.w, d);
@@ -351,24 +356,29 @@ struct LayerNormBody {
 // row_backward take as K, each its body over the scalar runner (Rows<T>) and
 // the vector one (RowsVec<W, T>). The op table's entries name them (functor=).
 #ifdef TIERKIT_ROW_VEC
-#define TIERKIT_ROW_KIND(NAME, STATS)                            \
+#define TIERKIT_ROW_KIND(NAME, STATS, WIDE)                      \
   struct NAME {                                                  \
     static constexpr int kStats = STATS;                         \
+    static constexpr bool kWideOutput = WIDE;                    \
     template <typename T>                                        \
     using Rows = detail::ScalarRowsOf<detail::NAME##Body, T>;    \
     template <typename W, typename T>                            \
     using RowsVec = detail::VecRowsOf<detail::NAME##Body, W, T>; \
   };
 #else
-#define TIERKIT_ROW_KIND(NAME, STATS)                         \
+#define TIERKIT_ROW_KIND(NAME, STATS, WIDE)                   \
   struct NAME {                                               \
     static constexpr int kStats = STATS;                      \
+    static constexpr bool kWideOutput = WIDE;                 \
     template <typename T>                                     \
     using Rows = detail::ScalarRowsOf<detail::NAME##Body, T>; \
   };
 #endif
-TIERKIT_ROW_KIND(RmsNorm, 1)    // stats: rstd
-TIERKIT_ROW_KIND(LayerNorm, 2)  // stats: mean, rstd
+// WIDE: the forward may write y in x's compute type (row_forward's Y):
+// RmsNorm's, for casting_mode "llama" with a float32 weight over 16-bit x,
+// whose product is float32.
+TIERKIT_ROW_KIND(RmsNorm, 1, true)     // stats: rstd
+TIERKIT_ROW_KIND(LayerNorm, 2, false)  // stats: mean, rstd
 #undef TIERKIT_ROW_KIND
 
 }  // namespace tierkit::kernels

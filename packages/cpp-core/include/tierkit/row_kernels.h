@@ -11,6 +11,9 @@
 //   K::kStats   per-row values saved for backward (for RMSNorm rstd, for
 //               LayerNorm mean and rstd), in compute_t<T>, row r's at
 //               stats + r * kStats;
+//   K::kWideOutput whether the forward may write y in compute_t<T> where x is
+//               16-bit (row_forward's Y; RMSNorm's, for casting_mode "llama"
+//               with a float32 weight, whose product is float32);
 //   K::Rows<T>  static forward, add_forward and backward over rows [lo, hi)
 //               (signatures below), in scalar C++ the compiler vectorizes;
 //   K::RowsVec<W, T> the same for float and 16-bit T a register block of
@@ -799,14 +802,14 @@ void rows_at_level(bool stream, A... a) {
 // vector rows write their output (y, dx) with non-temporal stores
 // (row_streams); h, which the row reads back, through a stack row
 // (staged_row, row_terms.h).
-template <typename K, typename T>
+template <typename K, typename T, typename Y>
 void forward_rows(const T* x, RowParams<compute_t<T>> p, compute_t<T> eps, std::int64_t d, std::int64_t lo,
-                  std::int64_t hi, T* y, compute_t<T>* stats, bool stream) {
+                  std::int64_t hi, Y* y, compute_t<T>* stats, bool stream) {
   rows_at_level<K, T, RowPass::forward>(stream, x, p, eps, d, lo, hi, y, stats);
 }
-template <typename K, typename T>
+template <typename K, typename T, typename Y>
 void add_forward_rows(const T* x, const T* res, RowParams<compute_t<T>> p, compute_t<T> eps, std::int64_t d,
-                      std::int64_t lo, std::int64_t hi, T* y, T* h, compute_t<T>* stats, bool stream) {
+                      std::int64_t lo, std::int64_t hi, Y* y, T* h, compute_t<T>* stats, bool stream) {
   rows_at_level<K, T, RowPass::add_forward>(stream, x, res, p, eps, d, lo, hi, y, h, stats);
 }
 template <typename K, typename T>
@@ -945,18 +948,29 @@ std::size_t span_bytes(std::int64_t rows, std::int64_t d) {
 
 }  // namespace detail
 
+namespace detail {
+// y's element type: x's, or (a kind with kWideOutput) x's compute type.
+template <typename K, typename T, typename Y>
+inline constexpr bool kRowOutputType =
+    std::is_same_v<Y, T> || (K::kWideOutput && sizeof(T) == 2 && std::is_same_v<Y, compute_t<T>>);
+}  // namespace detail
+
 // y = K's forward of x over rows of d, with the parameters p (either may be
 // null); stats[rows * K::kStats] saved for backward. y may be x exactly; the
 // parameters may lie anywhere (read as they were at the call, even where
-// they lie in y or stats).
-template <typename K, typename T, typename P, typename Runner = PoolRunner>
-void row_forward(const T* x, RowParams<P> p_in, double eps, std::int64_t rows, std::int64_t d, T* y,
+// they lie in y or stats). y is of x's type T, or, for a kind with
+// kWideOutput and 16-bit x, of float: the row's last product is then
+// stored in float, not rounded to T (RMSNorm's "llama" with a float32
+// weight: T(x-hat) * w in float32, as HF's Llama norm returns it).
+template <typename K, typename T, typename P, typename Y, typename Runner = PoolRunner>
+void row_forward(const T* x, RowParams<P> p_in, double eps, std::int64_t rows, std::int64_t d, Y* y,
                  compute_t<T>* stats, const Runner& run = {}) {
   static_assert(detail::kRowParamType<T, P>, "row parameters: x's dtype or its compute type");
+  static_assert(detail::kRowOutputType<K, T, Y>, "row output: x's dtype, or its compute type (kWideOutput)");
   using C = compute_t<T>;
   const C e = static_cast<C>(eps);
   const detail::ParamsInCompute<C, P> params(
-      p_in, d, {{y, detail::span_bytes<T>(rows, d)}, {stats, detail::span_bytes<C>(rows, K::kStats)}});
+      p_in, d, {{y, detail::span_bytes<Y>(rows, d)}, {stats, detail::span_bytes<C>(rows, K::kStats)}});
   const RowParams<C> p = params.get();
   const bool stream = detail::row_streams(y, rows, d, 2);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {
@@ -967,15 +981,17 @@ void row_forward(const T* x, RowParams<P> p_in, double eps, std::int64_t rows, s
 // h = x + residual rounded to T (h_out may be residual exactly), then K's
 // forward of h: one pass over x and residual per row. The parameters may lie
 // anywhere, h_out included (read as they were at the call).
-template <typename K, typename T, typename P, typename Runner = PoolRunner>
+template <typename K, typename T, typename P, typename Y, typename Runner = PoolRunner>
 void row_add_forward(const T* x, const T* residual, RowParams<P> p_in, double eps, std::int64_t rows,
-                     std::int64_t d, T* y, T* h_out, compute_t<T>* stats, const Runner& run = {}) {
+                     std::int64_t d, Y* y, T* h_out, compute_t<T>* stats, const Runner& run = {}) {
   static_assert(detail::kRowParamType<T, P>, "row parameters: x's dtype or its compute type");
+  static_assert(detail::kRowOutputType<K, T, Y>, "row output: x's dtype, or its compute type (kWideOutput)");
   using C = compute_t<T>;
   const C e = static_cast<C>(eps);
-  const std::size_t out_bytes = detail::span_bytes<T>(rows, d);
-  const detail::ParamsInCompute<C, P> params(
-      p_in, d, {{y, out_bytes}, {h_out, out_bytes}, {stats, detail::span_bytes<C>(rows, K::kStats)}});
+  const detail::ParamsInCompute<C, P> params(p_in, d,
+                                             {{y, detail::span_bytes<Y>(rows, d)},
+                                              {h_out, detail::span_bytes<T>(rows, d)},
+                                              {stats, detail::span_bytes<C>(rows, K::kStats)}});
   const RowParams<C> p = params.get();
   const bool stream = detail::row_streams(y, rows, d, 4);
   run(rows, detail::row_grain(d), [&](std::int64_t lo, std::int64_t hi) {

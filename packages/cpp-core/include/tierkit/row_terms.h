@@ -91,8 +91,8 @@ struct ScalarRowTerms {
   }
   // A row's output: write(out, stream, head) stores it (each(), from its
   // element `head` on in blocks); the scalar rows store plainly.
-  template <typename Write>
-  TIERKIT_ROW_INLINE static void out_row(T* y, std::int64_t, bool, const Write& write) {
+  template <typename Y, typename Write>
+  TIERKIT_ROW_INLINE static void out_row(Y* y, std::int64_t, bool, const Write& write) {
     write(y, false, 0);
   }
   // A row the body writes and then reads back (the fused add's h):
@@ -174,11 +174,13 @@ struct VecRowTerms {
   // same in a block or alone, so the bits do not move. (Through the stack
   // row instead, float32 rows of 4096 ran at 4.0 ms a [4096, 4096] call
   // against 2.8 on their lines: the row and the stack row filled L1.)
-  template <typename Write>
-  TIERKIT_ROW_INLINE static void out_row(T* y, std::int64_t d, bool stream, const Write& write) {
-    if constexpr (sizeof(T) == 2) {
+  // y is x's type, or float where a kind writes its output in the compute
+  // type (kWideOutput, row_kernels.h): a float row's blocks stream as float's do.
+  template <typename Y, typename Write>
+  TIERKIT_ROW_INLINE static void out_row(Y* y, std::int64_t d, bool stream, const Write& write) {
+    if constexpr (sizeof(Y) == 2) {
       if (stream) {
-        StreamRow<T> row;
+        StreamRow<Y> row;
         write(row.p, false, 0);
         stream_row<W>(row.p, y, d);
         return;
@@ -240,12 +242,14 @@ template <template <typename, typename> class Body, typename T>
 struct ScalarRowsOf {
   using C = compute_t<T>;
   using B = Body<ScalarRowTerms<T>, T>;
+  template <typename Y>
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<C> p, C eps, std::int64_t d, std::int64_t lo,
-                                         std::int64_t hi, T* y, C* stats) {
+                                         std::int64_t hi, Y* y, C* stats) {
     B::forward(x, p, eps, d, lo, hi, y, stats, false);
   }
+  template <typename Y>
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<C> p, C eps, std::int64_t d,
-                                             std::int64_t lo, std::int64_t hi, T* y, T* h, C* stats) {
+                                             std::int64_t lo, std::int64_t hi, Y* y, T* h, C* stats) {
     B::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, false);
   }
   TIERKIT_ROW_INLINE static void backward(const T* dy, const T* x, RowParams<C> p, const C* stats,
@@ -259,13 +263,15 @@ struct ScalarRowsOf {
 template <template <typename, typename> class Body, typename W, typename T>
 struct VecRowsOf {
   using B = Body<VecRowTerms<W, T>, T>;
+  template <typename Y>
   TIERKIT_ROW_INLINE static void forward(const T* x, RowParams<float> p, float eps, std::int64_t d,
-                                         std::int64_t lo, std::int64_t hi, T* y, float* stats, bool stream) {
+                                         std::int64_t lo, std::int64_t hi, Y* y, float* stats, bool stream) {
     B::forward(x, p, eps, d, lo, hi, y, stats, stream);
     if (stream) _mm_sfence();
   }
+  template <typename Y>
   TIERKIT_ROW_INLINE static void add_forward(const T* x, const T* res, RowParams<float> p, float eps,
-                                             std::int64_t d, std::int64_t lo, std::int64_t hi, T* y, T* h,
+                                             std::int64_t d, std::int64_t lo, std::int64_t hi, Y* y, T* h,
                                              float* stats, bool stream) {
     B::add_forward(x, res, p, eps, d, lo, hi, y, h, stats, stream);
     if (stream) _mm_sfence();

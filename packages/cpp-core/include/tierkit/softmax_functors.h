@@ -251,6 +251,7 @@ TIERKIT_ROW_INLINE typename W::F exp_at(VecAt<W, T>, typename W::F x) {
 template <bool kLog>
 struct SoftmaxKind {
   static constexpr int kStats = 2;
+  static constexpr bool kWideOutput = false;
   template <typename R, typename T>
   using Body = detail::SoftmaxBody<R, T, kLog>;
   template <typename T>

@@ -198,20 +198,23 @@ def test_casting_in_place_reads_a_weight_inside_residual(ops, entry, mode, dtype
 
 @CASTING
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-def test_casting_untracked_calls_give_the_tracked_calls_bits(ops, entry, mode, dtype, gen):
+@pytest.mark.parametrize("wd", [None, torch.float32], ids=["w-like-x", "w-float32"])
+def test_casting_untracked_calls_give_the_tracked_calls_bits(ops, entry, mode, dtype, wd, gen):
     """A call that records nothing for autograd may take a faster path (on
-    the CPU, "llama" in 16 bits is one pass): it gives the bits of the call
-    that records a gradient, in every form and under inference_mode; the
-    in-place form still counts as a write to residual (its version); a
-    tangent (forward AD) is still computed."""
+    the CPU, "llama" in 16 bits is one pass, with a weight of x's dtype or
+    float32): it gives the bits and dtype of the call that records a
+    gradient, in every form and under inference_mode; the in-place form
+    still counts as a write to residual (its version); a tangent (forward
+    AD) is still computed."""
     import torch.autograd.forward_ad as fwAD
 
     offset = offset_of(mode)
     x, r = make((5, 4100), dtype, gen), make((5, 4100), dtype, gen)
-    w = weight(4100, dtype, gen, mode)
+    w = weight(4100, wd or dtype, gen, mode)
     tracked = call(ops, entry, x.clone().requires_grad_(), w, 1e-6, offset=offset, casting_mode=mode).detach()
     with torch.no_grad():
-        assert torch.equal(call(ops, entry, x, w, 1e-6, offset=offset, casting_mode=mode), tracked)
+        untracked = call(ops, entry, x, w, 1e-6, offset=offset, casting_mode=mode)
+        assert untracked.dtype == tracked.dtype and torch.equal(untracked, tracked)
     with torch.inference_mode():
         assert torch.equal(call(ops, entry, x, w, 1e-6, offset=offset, casting_mode=mode), tracked)
     if entry.fused_add:
