@@ -510,6 +510,24 @@ TYPED_TEST(RmsNorm, WideOutputIsTheProductInTheComputeType) {
         want[i] = tierkit::load_compute(&xhat[i]) * tierkit::load_compute(&w[i % s.d]);
       k::row_forward<k::RmsNorm>(x.data(), pt, 1e-6, s.rows, s.d, y.data(), rstd.data());
       EXPECT_TRUE(same_bits(y, want)) << "weight in T, d " << s.d;
+      // The float weight inside y, in a row past y's first rows * d * 2
+      // bytes (outside a span counted in x's type) that rows after it read:
+      // read as it was at the call.
+      if (s.rows > 0 && s.d > 0) {
+        const std::int64_t at = std::min(s.rows - 1, (s.rows + 1) / 2);
+        std::copy(wc.begin(), wc.end(), y.begin() + at * s.d);
+        k::RowParams<float> inside{y.data() + at * s.d, nullptr};
+        inside.round_normalized = true;
+        for (std::int64_t i = 0; i < n; ++i) want[i] = tierkit::load_compute(&xhat[i]) * wc[i % s.d];
+        k::row_forward<k::RmsNorm>(x.data(), inside, 1e-6, s.rows, s.d, y.data(), rstd.data());
+        EXPECT_TRUE(same_bits(y, want)) << "weight inside y, d " << s.d;
+      }
+      // "llama" without a weight: x-hat as T rounds it, in float.
+      k::RowParams<float> none{};
+      none.round_normalized = true;
+      for (std::int64_t i = 0; i < n; ++i) want[i] = tierkit::load_compute(&xhat[i]);
+      k::row_forward<k::RmsNorm>(x.data(), none, 1e-6, s.rows, s.d, y.data(), rstd.data());
+      EXPECT_TRUE(same_bits(y, want)) << "no weight, d " << s.d;
     }
   }
 }
@@ -580,6 +598,13 @@ TYPED_TEST(RmsNorm, RowsAtTheSubnormalLineAreTheDocumentedBits) {
 struct Lanes8 : k::detail::VecTypes<8> {
   static constexpr std::int64_t kLanes = 8;
 };
+struct Lanes16 : k::detail::VecTypes<16> {  // AVX-512's, where the rows call it
+  static constexpr std::int64_t kLanes = 16;
+};
+template <typename W>
+float weight_floor_of(const std::vector<float>& w) {
+  return k::detail::float_weight_floor<W>(w.data(), static_cast<std::int64_t>(w.size()));
+}
 TEST(RmsNormWeightFloor, MatchesTheScalarDefinition) {
   const auto scalar = [](const std::vector<float>& w) {
     float m = std::numeric_limits<float>::infinity();
@@ -606,7 +631,8 @@ TEST(RmsNormWeightFloor, MatchesTheScalarDefinition) {
         std::vector<float> w(d);
         for (float& v : w) v = u(gen);
         if (d > 0) w[at] = sp;
-        const float want = scalar(w), got = k::detail::float_weight_floor<Lanes8>(w.data(), d);
+        const float want = scalar(w), got = weight_floor_of<Lanes8>(w), got16 = weight_floor_of<Lanes16>(w);
+        EXPECT_EQ(std::memcmp(&want, &got16, sizeof(float)), 0) << "16 lanes, d " << d << " at " << at;
         EXPECT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
             << "d " << d << " at " << at << " special " << sp;
         ++checked;
@@ -616,13 +642,14 @@ TEST(RmsNormWeightFloor, MatchesTheScalarDefinition) {
     for (int kind = 0; kind < 2; ++kind) {
       std::vector<float> none(d);
       for (std::int64_t j = 0; j < d; ++j) none[j] = specials[j % 2 ? j % 4 / 2 : 5 + 2 * kind + j % 4 / 2];
-      EXPECT_EQ(k::detail::float_weight_floor<Lanes8>(none.data(), d), std::numeric_limits<float>::infinity())
+      EXPECT_EQ(weight_floor_of<Lanes16>(none), std::numeric_limits<float>::infinity());
+      EXPECT_EQ(weight_floor_of<Lanes8>(none), std::numeric_limits<float>::infinity())
           << "d " << d << (kind ? ", NaNs" : ", infinities");
       for (std::int64_t at = 0; at < d; ++at) {
         std::vector<float> one = none;
         one[at] = -specials[2];
-        EXPECT_EQ(k::detail::float_weight_floor<Lanes8>(one.data(), d), specials[2])
-            << "d " << d << " at " << at;
+        EXPECT_EQ(weight_floor_of<Lanes16>(one), specials[2]) << "16 lanes, d " << d << " at " << at;
+        EXPECT_EQ(weight_floor_of<Lanes8>(one), specials[2]) << "d " << d << " at " << at;
       }
     }
   }

@@ -328,8 +328,8 @@ void scale_columns_into(const tierkit::TensorView& y, const tierkit::TensorView&
 // shape and `dtype`: a new array presented like x, or `out` after its checks
 // (x's shape, `dtype` — `dtype_why` says whose — and a writable layout).
 // Written straight into out when the kernel can write it: C-contiguous, apart
-// from every array in `read`, and apart from x or exactly x (each row is read
-// before it is written); otherwise computed apart, then copied in.
+// from every array in `read`, and apart from x or exactly x of x's dtype (each
+// row is read before it is written); otherwise computed apart, then copied in.
 template <typename Compute>
 py::object into_result(const std::string& op, const py::object& x, const tierkit::TensorView& vx,
                        const tierkit::TensorView& xc, const std::vector<tierkit::TensorView>& read,
@@ -355,7 +355,9 @@ py::object into_result(const std::string& op, const py::object& x, const tierkit
     throw py::value_error(op + e.what());
   }
   if (xc.numel() == 0) return py::reinterpret_borrow<py::object>(out);
-  bool apart = vo.is_contiguous() && (!meet(vo, xc) || vo.data() == xc.data());
+  // Exactly x is apart only in x's dtype: a float32 y (a 16-bit x's "llama"
+  // with a float32 weight) from x's first byte would overwrite rows not yet read.
+  bool apart = vo.is_contiguous() && (!meet(vo, xc) || (vo.data() == xc.data() && vo.dtype() == xc.dtype()));
   for (const tierkit::TensorView& t : read) apart = apart && !meet(vo, t);
   if (apart) {
     compute(vo);

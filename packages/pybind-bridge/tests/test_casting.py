@@ -74,6 +74,26 @@ def test_casting_modes_match_the_formula(entry, mode, xd, wd):
 
 
 @CASTING
+def test_casting_out_from_the_first_byte_of_the_16bit_x_it_reads(entry, mode):
+    """float16 x with a float32 weight into an out= that starts at x's first
+    byte, in the same memory: "llama"'s float32 result (wider rows than x's)
+    and the other modes' float16 one (exactly x) each read every row as it
+    was at the call."""
+    rng = np.random.default_rng(5)
+    rows, d = 6, 160
+    w = (1.0 + 0.5 * rng.standard_normal(d)).astype(np.float32)
+    buf = np.empty(rows * d, np.float32)
+    x = buf.view(np.float16)[: rows * d].reshape(rows, d)
+    x[...] = rng.standard_normal((rows, d)).astype(np.float16)
+    want = getattr(tb, entry.name)(x.copy(), w, 1e-6, offset=offset_of(mode), casting_mode=mode.name)
+    assert want.dtype == (np.float32 if mode.name == "llama" else np.float16)
+    out = buf.view(want.dtype)[: rows * d].reshape(rows, d)
+    got = getattr(tb, entry.name)(x, w, 1e-6, offset=offset_of(mode), casting_mode=mode.name, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, want)
+
+
+@CASTING
 @pytest.mark.parametrize("d", [96, 4100])
 def test_casting_modes_equal_the_torch_ops(entry, mode, d):
     """Each mode's result is tierkit_torch's bit for bit, both its plain call

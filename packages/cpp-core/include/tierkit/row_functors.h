@@ -56,7 +56,9 @@ struct RmsNormBody {
   // (R::kProvesNormal: the row then converts to bfloat16 without the
   // subnormal check where scaled_normal proves there is none to find).
   // y: T, or C where the call wants the product in the compute type
-  // (kWideOutput: "llama" with a float32 weight over 16-bit x).
+  // (kWideOutput: "llama" with a float32 weight over 16-bit x), not rounded
+  // to T; x-hat still is under `round`, with a weight or without. A C row
+  // is wider than x's: it may not be x (row_forward says so).
   template <typename Y>
   TIERKIT_ROW_INLINE static void scale(const T* x, const C* w, C w_floor, C rs, std::int64_t d, Y* y,
                                        bool stream, bool round, NextRow<T> ahead) {
@@ -74,6 +76,12 @@ struct RmsNormBody {
             normal, d,
             [&](auto L, std::int64_t j)
                 TIERKIT_ROW_LAMBDA { L.st(out + j, (L.ld(x + j) * L.splat(rs)) * L.ld(w + j), st); },
+            ahead, head);
+      } else if (!std::is_same_v<Y, T> && round) {  // a C row keeps "llama"'s x-hat as rounded
+        R::each_scaled(
+            normal, d,
+            [&](auto L, std::int64_t j)
+                TIERKIT_ROW_LAMBDA { L.st(out + j, L.round(L.ld(x + j) * L.splat(rs)), st); },
             ahead, head);
       } else {
         R::each_scaled(

@@ -961,7 +961,9 @@ inline constexpr bool kRowOutputType =
 // they lie in y or stats). y is of x's type T, or, for a kind with
 // kWideOutput and 16-bit x, of float: the row's last product is then
 // stored in float, not rounded to T (RMSNorm's "llama" with a float32
-// weight: T(x-hat) * w in float32, as HF's Llama norm returns it).
+// weight: T(x-hat) * w in float32, as HF's Llama norm returns it). A float
+// y must not overlap x: its rows are twice as wide, so row r would
+// overwrite rows not yet read (the callers allocate it, or compute apart).
 template <typename K, typename T, typename P, typename Y, typename Runner = PoolRunner>
 void row_forward(const T* x, RowParams<P> p_in, double eps, std::int64_t rows, std::int64_t d, Y* y,
                  compute_t<T>* stats, const Runner& run = {}) {

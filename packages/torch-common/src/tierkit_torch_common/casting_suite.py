@@ -230,8 +230,8 @@ def test_casting_untracked_calls_give_the_tracked_calls_bits(ops, entry, mode, d
             assert torch.equal(y2, y) and torch.equal(r2, h) and r2._version > version
             strided = torch.empty(4100, 5, dtype=dtype).t()
             strided.copy_(r)
-            getattr(ops, entry.add_name + "_")(x, strided, w, 1e-6, offset=offset, casting_mode=mode)
-            assert torch.equal(strided, h)
+            y3 = getattr(ops, entry.add_name + "_")(x, strided, w, 1e-6, offset=offset, casting_mode=mode)
+            assert torch.equal(strided, h) and y3.dtype == y.dtype and torch.equal(y3, y)
     # A tangent in x: the composite (and its forward AD) still runs.
     tangent = make((5, 4100), dtype, gen, 1.0)
     with torch.no_grad(), fwAD.dual_level():
